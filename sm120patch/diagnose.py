@@ -1,0 +1,402 @@
+"""Crash triage: name the cause of a server crash from its log, and the next command to run.
+
+The log is read as a stream, one bounded line at a time, keeping only a short
+window of preceding lines (to name e.g. the JIT module from the traceback), so
+a multi-gigabyte log costs constant memory. Recipe crash signatures are checked
+first: a recipe is implicated only when the journal says it is applied, or,
+without journal information, flagged as "unknown" and said so. Then the
+catalogue of known SM12x signatures (patches/signatures.toml). The result is
+never silent: with no match it says so and what to look for.
+
+JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
+
+    {
+      "cause_found": bool,          # a fatal signature was named
+      "exit_code": 0 | 1,           # 0 cause found or no error seen; 1 unnamed fatal error
+      "lines_read": int,
+      "target": str | null,         # --target, used in the rollback commands
+      "journal": "read" | "unknown",
+      "findings": [                 # fatal first, then by line
+        {
+          "source": "recipe" | "catalogue",
+          "signature": str,         # catalogue id, or the recipe's signature text
+          "fatal": bool,
+          "recipe_ids": [str],      # implicated recipes (empty for catalogue-only)
+          "journal": "applied" | "unknown" | null,
+          "meaning": str,           # one sentence
+          "next_step": str,         # exact command or launch flag
+          "line_no": int,           # 1-based, first occurrence
+          "line": str,              # that line (ANSI colours stripped, clipped)
+          "count": int,             # occurrences (ranks repeat the same error)
+          "details": {str: str},    # named captures, e.g. majors, module
+          "sources": [str],
+          "notes": [str]
+        }
+      ],
+      "unnamed_errors": [{"line_no": int, "line": str}],  # last error lines, when none named
+      "notes": [str]
+    }
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sm120patch.errors import EXIT_FAILED, EXIT_OK
+from sm120patch.recipes import Recipe
+from sm120patch.signatures import Signature, load_signatures
+
+MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
+CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
+SHOW_CHARS = 400  # characters of a log line kept in a finding
+MAX_UNNAMED = 5
+MISSING = "not named in the log"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Lines that show something went fatally wrong, named or not.
+_ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)"
+    r"|(?:^|[\s:\]])(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::|$)"
+    r"|Segmentation fault|core dumped|Fatal Python error|CUDA error"
+    r"|Received sigquit from a child"
+)
+LOOK_FOR = (
+    "the last 'Traceback (most recent call last)' block and the exception line under it",
+    "lines with 'CUDA error', 'NCCL', 'Unsupported architecture' or 'supported on SM'",
+    "rerun with CUDA_LAUNCH_BLOCKING=1 so the failing kernel is reported where it fails",
+    "if it is an SM12x problem, add its text to patches/signatures.toml",
+)
+
+
+@dataclass
+class LogLine:
+    line_no: int
+    line: str
+
+
+@dataclass
+class Finding:
+    """One named cause (or warning), first seen at `line_no`."""
+
+    source: str  # "recipe" | "catalogue"
+    signature: str
+    fatal: bool
+    meaning: str
+    next_step: str
+    line_no: int
+    line: str
+    recipe_ids: list[str] = field(default_factory=list)
+    journal: str | None = None  # "applied" | "unknown" for recipe findings
+    count: int = 1
+    details: dict[str, str] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "signature": self.signature,
+            "fatal": self.fatal,
+            "recipe_ids": list(self.recipe_ids),
+            "journal": self.journal,
+            "meaning": self.meaning,
+            "next_step": self.next_step,
+            "line_no": self.line_no,
+            "line": self.line,
+            "count": self.count,
+            "details": dict(self.details),
+            "sources": list(self.sources),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    lines_read: int
+    unnamed_errors: list[LogLine]
+    journal: str  # "read" | "unknown"
+    target: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def causes(self) -> list[Finding]:
+        return [f for f in self.findings if f.fatal]
+
+    @property
+    def cause_found(self) -> bool:
+        return bool(self.causes)
+
+    @property
+    def implicated_recipes(self) -> list[str]:
+        """Recipes to roll back: implicated by a fatal finding and applied per the journal."""
+        ids: list[str] = []
+        for f in self.causes:
+            if f.journal == "applied":
+                ids.extend(r for r in f.recipe_ids if r not in ids)
+        return ids
+
+    @property
+    def exit_code(self) -> int:
+        if self.cause_found or not self.unnamed_errors:
+            return EXIT_OK
+        return EXIT_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause_found": self.cause_found,
+            "exit_code": self.exit_code,
+            "lines_read": self.lines_read,
+            "target": str(self.target) if self.target else None,
+            "journal": self.journal,
+            "findings": [f.to_dict() for f in self.findings],
+            "unnamed_errors": [{"line_no": e.line_no, "line": e.line} for e in self.unnamed_errors],
+            "notes": list(self.notes),
+        }
+
+    def render(self) -> str:
+        """Human-readable report: each finding with its line, meaning and next command."""
+        out: list[str] = []
+        n = len(self.findings)
+        if n:
+            out.append(f"{n} finding{'s' if n > 1 else ''} in {self.lines_read} log lines:")
+        for f in self.findings:
+            label = "FATAL" if f.fatal else "warning"
+            seen = f", seen {f.count}x" if f.count > 1 else ""
+            out.append(f"[{label}] {f.signature} (line {f.line_no}{seen})")
+            out.append(f"  log:     {f.line}")
+            if f.recipe_ids:
+                state = "applied, per the journal" if f.journal == "applied" else "journal unknown"
+                out.append(f"  recipe:  {', '.join(f.recipe_ids)} ({state})")
+            out.append(f"  meaning: {f.meaning}")
+            out.append(f"  next:    {f.next_step}")
+            if f.details:
+                out.append("  details: " + " ".join(f"{k}={v}" for k, v in f.details.items()))
+            for note in f.notes:
+                out.append(f"  note:    {note}")
+            if f.sources:
+                out.append(f"  sources: {' '.join(f.sources)}")
+        if not self.cause_found:
+            if self.unnamed_errors:
+                out.append(
+                    f"No known crash signature names the fatal error in {self.lines_read} "
+                    "log lines; the last error lines are:"
+                )
+                out.extend(f"  line {e.line_no}: {e.line}" for e in self.unnamed_errors)
+            else:
+                out.append(f"No known crash signature and no error lines in {self.lines_read} log lines.")
+            out.append("Look for:")
+            out.extend(f"  - {hint}" for hint in LOOK_FOR)
+        out.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(out)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 3] + "..."
+
+
+def _fill(template: str, details: dict[str, str]) -> str:
+    class _Default(dict):
+        def __missing__(self, key: str) -> str:
+            return MISSING
+
+    return template.format_map(_Default(details))
+
+
+def rollback_command(target: Path | None, recipe_ids: Sequence[str]) -> str:
+    """The exact rollback command(s) for the recipes, one per recipe joined with &&."""
+    where = shlex.quote(str(target)) if target else "TARGET"
+    return " && ".join(f"sm120patch rollback {where} --recipe {shlex.quote(r)}" for r in recipe_ids)
+
+
+class Diagnoser:
+    """Incremental matcher: feed lines one at a time (guard watches a live server this way)."""
+
+    def __init__(
+        self,
+        recipes: Iterable[Recipe],
+        journal_applied: set[str] | None,
+        signatures: Sequence[Signature] | None = None,
+        target: Path | None = None,
+    ) -> None:
+        self.applied = journal_applied
+        self.target = target
+        self.signatures = list(load_signatures() if signatures is None else signatures)
+        self._recipes = {r.id: r for r in recipes}
+        self._recipe_sigs = [(r.id, s) for r in self._recipes.values() for s in r.crash_signatures]
+        self._context: deque[str] = deque(maxlen=CONTEXT_LINES)
+        self._findings: dict[tuple[str, str, tuple[str, ...]], Finding] = {}
+        self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
+        self._notes: list[str] = []
+        self.lines_read = 0
+
+    def feed(self, raw: str) -> list[Finding]:
+        """Match one log line; returns findings seen for the first time on this line."""
+        self.lines_read += 1
+        line = _ANSI.sub("", raw.rstrip("\r\n"))
+        new: list[Finding] = []
+        catalogue = [(s, m) for s in self.signatures if (m := s.search(line))]
+        hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
+        implicated, absent = self._split_by_journal(hit_recipes)
+        if implicated:
+            new += self._add_recipe_finding(line, implicated, catalogue)
+        else:
+            for sig, match in catalogue:
+                new += self._add_catalogue_finding(line, sig, match, absent)
+            if absent and not catalogue:
+                self._note_once(
+                    f"line {self.lines_read} matches the crash signature of "
+                    f"{', '.join(absent)}, which the journal shows is not applied"
+                )
+        if not catalogue and not implicated and _ERROR_LINE.search(line):
+            self._errors.append(LogLine(self.lines_read, _clip(line.strip())))
+        self._context.append(line)
+        return new
+
+    def result(self) -> Diagnosis:
+        findings = sorted(self._findings.values(), key=lambda f: (not f.fatal, f.line_no))
+        notes = list(self._notes)
+        if self.applied is None and self._recipe_sigs:
+            notes.append(
+                "no journal information: recipes matching the log are flagged 'journal unknown'; "
+                "pass --target PATH to check which are applied"
+            )
+        return Diagnosis(
+            findings=findings,
+            lines_read=self.lines_read,
+            unnamed_errors=[] if any(f.fatal for f in findings) else list(self._errors),
+            journal="unknown" if self.applied is None else "read",
+            target=self.target,
+            notes=notes,
+        )
+
+    # -- internals -------------------------------------------------------
+
+    def _split_by_journal(self, ids: list[str]) -> tuple[list[str], list[str]]:
+        if self.applied is None:
+            return ids, []
+        return [r for r in ids if r in self.applied], [r for r in ids if r not in self.applied]
+
+    def _note_once(self, note: str) -> None:
+        if note not in self._notes and len(self._notes) < 20:
+            self._notes.append(note)
+
+    def _details(self, line: str, sig: Signature, match: re.Match[str]) -> dict[str, str]:
+        details = {k: v.strip() for k, v in match.groupdict().items() if v}
+        if sig.context is not None:
+            for text in (line, *reversed(self._context)):
+                m = sig.context.search(text)
+                if m:
+                    details.update({k: v for k, v in m.groupdict().items() if v and k not in details})
+                    break
+        return details
+
+    def _bump(self, key: tuple[str, str, tuple[str, ...]], make: Any) -> list[Finding]:
+        found = self._findings.get(key)
+        if found is not None:
+            found.count += 1
+            return []
+        finding = make()
+        self._findings[key] = finding
+        return [finding]
+
+    def _add_recipe_finding(
+        self, line: str, ids: list[str], catalogue: list[tuple[Signature, re.Match[str]]]
+    ) -> list[Finding]:
+        sig, match = catalogue[0] if catalogue else (None, None)
+        text = next(t for rid, t in self._recipe_sigs if rid in ids and t in line)
+        name = sig.id if sig else text
+        journal = "unknown" if self.applied is None else "applied"
+
+        def make() -> Finding:
+            details = self._details(line, sig, match) if sig and match else {}
+            titles = ", ".join(f"{r} ({self._recipes[r].title})" for r in ids)
+            meaning = (
+                _fill(sig.meaning, details)
+                if sig
+                else (
+                    f"The crash signature of {titles} matched: the gate it opened has no working kernels on this GPU."
+                )
+            )
+            command = rollback_command(self.target, ids)
+            if journal == "applied":
+                step = command
+            else:
+                hint = "" if self.target else " (add --target PATH to check the journal)"
+                step = f"If you applied {', '.join(ids)}: {command}{hint}"
+            notes = [f"implicated recipe: {titles}"]
+            notes += [f"{r}: {self._recipes[r].advice}" for r in ids if self._recipes[r].advice]
+            return Finding(
+                source="recipe",
+                signature=name,
+                fatal=True,
+                meaning=meaning,
+                next_step=step,
+                line_no=self.lines_read,
+                line=_clip(line.strip()),
+                recipe_ids=list(ids),
+                journal=journal,
+                details=details,
+                sources=list(sig.sources) if sig else [],
+                notes=notes,
+            )
+
+        return self._bump(("recipe", name, tuple(ids)), make)
+
+    def _add_catalogue_finding(
+        self, line: str, sig: Signature, match: re.Match[str], absent: list[str]
+    ) -> list[Finding]:
+        def make() -> Finding:
+            details = self._details(line, sig, match)
+            notes = [f"also the crash signature of recipe {r}, which the journal shows is not applied" for r in absent]
+            return Finding(
+                source="catalogue",
+                signature=sig.id,
+                fatal=sig.fatal,
+                meaning=_fill(sig.meaning, details),
+                next_step=_fill(sig.next_step, details),
+                line_no=self.lines_read,
+                line=_clip(line.strip()),
+                details=details,
+                sources=list(sig.sources),
+                notes=notes,
+            )
+
+        return self._bump(("catalogue", sig.id, ()), make)
+
+
+def diagnose(
+    lines: Iterable[str],
+    recipes: Iterable[Recipe],
+    journal_applied: set[str] | None,
+    *,
+    signatures: Sequence[Signature] | None = None,
+    target: Path | None = None,
+) -> Diagnosis:
+    """Diagnose a whole log, streaming: `lines` may be an open file of any size."""
+    d = Diagnoser(recipes, journal_applied, signatures, target)
+    for line in lines:
+        d.feed(line)
+    return d.result()
+
+
+def read_lines(stream: IO[bytes], max_line: int = MAX_LINE) -> Iterator[str]:
+    """Decode a binary stream line by line, never holding more than `max_line` bytes of one line.
+
+    A longer line yields its first `max_line` bytes; the rest is skipped.
+    """
+    while True:
+        chunk = stream.readline(max_line)
+        if not chunk:
+            return
+        if not chunk.endswith(b"\n") and len(chunk) == max_line:
+            rest = chunk
+            while rest and not rest.endswith(b"\n"):
+                rest = stream.readline(max_line)
+        yield chunk.decode("utf-8", errors="replace")
