@@ -1,0 +1,69 @@
+"""GPU architectures by name (`sm_120`) and what SGLang's arch predicates admit."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sm120patch.errors import UserError
+
+
+@dataclass(frozen=True, order=True)
+class Arch:
+    major: int
+    minor: int
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+KNOWN = ("sm_90", "sm_100", "sm_103", "sm_120", "sm_121")
+DEFAULT = "sm_120"
+
+
+def parse_arch(text: str) -> Arch:
+    """Accept `sm_120`, `sm120`, `120`, `12.0`; reject anything else with the fix."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})[af]?", t)
+    if m:
+        digits = m.group(1)
+        return Arch(int(digits[:-1]), int(digits[-1]))
+    m = re.fullmatch(r"(\d{1,2})\.(\d)", t)
+    if m:
+        return Arch(int(m.group(1)), int(m.group(2)))
+    raise UserError(
+        f"--arch {text!r}: not an architecture; use one of {', '.join(KNOWN)} (or 12.0 style)"
+    )
+
+
+# What SGLang/FlashInfer arch predicates mean, by the token in their name:
+# `is_sm100_supported()` is major 10, `is_blackwell_supported()` is majors 10 and 12,
+# `is_sm120_supported()` is major 12 (SM121 included). Used to decide whether an
+# arch test already admits an architecture, and by tests to evaluate patched gates.
+PREDICATE_MAJORS: dict[str, frozenset[int]] = {
+    "sm90": frozenset({9}),
+    "hopper": frozenset({9}),
+    "sm100": frozenset({10}),
+    "sm100_or_sm110": frozenset({10, 11}),
+    "sm110": frozenset({11}),
+    "sm120": frozenset({12}),
+    "sm12x": frozenset({12}),
+    "blackwell": frozenset({10, 12}),
+}
+
+_TOKEN = re.compile(r"sm100_or_sm110|sm\d+x?|hopper|blackwell")
+
+
+def predicate_token(identifier: str) -> str | None:
+    """The arch token in an identifier: `_is_sm100_supported` -> `sm100`."""
+    m = _TOKEN.search(identifier.lower())
+    return m.group(0) if m and m.group(0) in PREDICATE_MAJORS else None
+
+
+def admits(identifier: str, major: int) -> bool:
+    token = predicate_token(identifier)
+    return token is not None and major in PREDICATE_MAJORS[token]

@@ -1,0 +1,36 @@
+"""Unified diffs that `git apply` accepts, including files without a final newline."""
+
+from __future__ import annotations
+
+import difflib
+
+NO_EOL = "\\ No newline at end of file\n"
+
+
+def unified(rel: str, before: str, after: str) -> str:
+    """A git-style diff of one file; difflib alone drops the no-final-newline marker."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    out = [f"diff --git a/{rel} b/{rel}\n"]
+    for line in difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", n=3):
+        if line.endswith("\n"):
+            out.append(line)
+        else:  # the last line of a file that has no final newline
+            out.append(line + "\n" + NO_EOL)
+    return "".join(out) if len(out) > 1 else ""
+
+
+def colour(diff: str) -> str:
+    """ANSI colours for a terminal; callers decide whether stdout is one."""
+    lines = []
+    for line in diff.splitlines(keepends=True):
+        if line.startswith(("+++", "---", "diff --git")):
+            lines.append(f"\x1b[1m{line.rstrip(chr(10))}\x1b[0m\n")
+        elif line.startswith("@@"):
+            lines.append(f"\x1b[36m{line.rstrip(chr(10))}\x1b[0m\n")
+        elif line.startswith("+"):
+            lines.append(f"\x1b[32m{line.rstrip(chr(10))}\x1b[0m\n")
+        elif line.startswith("-"):
+            lines.append(f"\x1b[31m{line.rstrip(chr(10))}\x1b[0m\n")
+        else:
+            lines.append(line)
+    return "".join(lines)

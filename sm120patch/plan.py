@@ -1,0 +1,253 @@
+"""Plan: match every recipe against a target and compute exactly what would change.
+
+`apply` writes what `plan` computed, through the journal; a dry run prints the
+same plan. Recipes are applied in order, each on top of the files the previous
+one produced, so two recipes may edit one file and the diffs compose.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from sm120patch.arch import Arch
+from sm120patch.diffs import unified
+from sm120patch.errors import TargetError
+from sm120patch.locate import PackageIndex
+from sm120patch.recipes import Edit, Recipe
+from sm120patch.targets import Target
+from sm120patch.transforms import TRANSFORMS
+
+APPLICABLE = "applicable"
+SATISFIED = "satisfied"
+NOT_APPLICABLE = "not-applicable"
+BLOCKED = "blocked"
+APPLIED = "applied"
+REVERTED = "reverted"
+FAILED = "failed"  # an edit could not be made safely (rewritten code did not compile, ...)
+
+
+@dataclass
+class EditResult:
+    name: str
+    outcome: str  # changed | satisfied | missing | error
+    files: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "outcome": self.outcome, "files": self.files, "note": self.note}
+
+
+@dataclass
+class RecipePlan:
+    recipe: Recipe
+    target: Target | None
+    status: str
+    reason: str
+    edits: list[EditResult] = field(default_factory=list)
+    # rel path -> (bytes before this recipe, bytes after it)
+    changes: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+    probe: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(self.changes)
+
+    def diff(self) -> str:
+        return "".join(
+            unified(rel, a.decode("utf-8"), b.decode("utf-8")) for rel, (a, b) in sorted(self.changes.items())
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.recipe.id,
+            "package": self.recipe.package,
+            "status": self.status,
+            "reason": self.reason,
+            "files": self.files,
+            "diff": self.diff(),
+            "edits": [e.to_dict() for e in self.edits],
+            "probe": self.probe,
+        }
+
+
+class Workspace:
+    """The current text of every file touched so far, parsed at most once per version."""
+
+    def __init__(self, target: Target, read: Callable[[Path], bytes] | None = None) -> None:
+        self.target = target
+        self.index = PackageIndex(target)
+        self._read = read or self.index.read
+        self.text: dict[Path, str] = {}  # current text, after the edits so far
+        self.base: dict[Path, str] = {}  # text as first read
+        self._module: dict[Path, cst.Module] = {}
+
+    def source(self, path: Path) -> str:
+        if path not in self.text:
+            raw = self._read(path)
+            try:
+                self.text[path] = self.base[path] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TargetError(f"{path}: not UTF-8; sm120patch only edits UTF-8 Python sources") from None
+        return self.text[path]
+
+    def module(self, path: Path) -> cst.Module:
+        mod = self._module.get(path)
+        if mod is None or mod.code != self.text.get(path):
+            try:
+                mod = cst.parse_module(self.source(path))
+            except cst.ParserSyntaxError as e:
+                raise TargetError(f"{path}: does not parse ({e.message}, line {e.raw_line}); "
+                                  "restore the file from the release or your VCS") from None
+            self._module[path] = mod
+        return mod
+
+    def set(self, path: Path, code: str, module: cst.Module | None = None) -> None:
+        self.text[path] = code
+        if module is not None:
+            self._module[path] = module
+
+    def snapshot(self) -> dict[Path, str]:
+        return dict(self.text)
+
+
+def plan(target: Target, recipes: Sequence[Recipe], arch: Arch,
+         applied: dict[str, str] | None = None,
+         read: Callable[[Path], bytes] | None = None) -> list[RecipePlan]:
+    """Plan every recipe of `target.package` on `target`.
+
+    `applied` maps recipe ids the journal holds to a reason line; those report
+    `applied` without being re-run. `read` overrides how file bytes are read
+    (rollback replays recipes over original bytes).
+    """
+    ws = Workspace(target, read)
+    plans = []
+    for recipe in recipes:
+        if recipe.package != target.package:
+            continue
+        if applied and recipe.id in applied:
+            plans.append(RecipePlan(recipe, target, APPLIED, applied[recipe.id]))
+            continue
+        plans.append(plan_recipe(ws, recipe, arch))
+    return plans
+
+
+def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch) -> RecipePlan:
+    target = ws.target
+    if not recipe.covers_arch(arch):
+        return RecipePlan(recipe, target, NOT_APPLICABLE,
+                          f"for {', '.join(a.name for a in recipe.arch)}, not {arch.name}")
+    if target.version is not None and not recipe.covers_version(target.version):
+        return RecipePlan(recipe, target, NOT_APPLICABLE,
+                          f"{target.package} {target.version} is outside {recipe.versions}")
+    before = ws.snapshot()
+    results: list[EditResult] = []
+    for edit in recipe.edits:
+        res = run_edit(ws, edit)
+        results.append(res)
+        if res.outcome == "error":
+            ws.text = before
+            return RecipePlan(recipe, target, FAILED, f"edit {edit.name}: {res.note}", results)
+    required = [r for r, e in zip(results, recipe.edits, strict=True) if not e.optional]
+    missing = [r for r in required if r.outcome == "missing"]
+    changes = {}
+    for path, code in ws.text.items():
+        old = before.get(path, ws.base[path])
+        if code != old:
+            changes[target.rel(path)] = (old.encode("utf-8"), code.encode("utf-8"))
+    if missing:
+        ws.text = before
+        return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)
+    version_note = "" if target.version else " (version unknown: matched by structure only)"
+    if changes:
+        where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == "changed"}))
+        return RecipePlan(recipe, target, APPLICABLE, f"gate found in {where}{version_note}", results, changes)
+    return RecipePlan(recipe, target, SATISFIED, f"already admits {recipe.arch[0].name}: "
+                      + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == "satisfied")
+                      + version_note, results)
+
+
+def run_edit(ws: Workspace, edit: Edit) -> EditResult:
+    if edit.diff_path is not None:
+        return _run_diff(ws, edit)
+    assert edit.transform is not None
+    transform = TRANSFORMS[edit.transform](edit.params, edit.functions)
+    idx = ws.index
+    needles = transform.needles()
+    for paths in (idx.containing(needles, idx.hints(edit.files)), None):
+        if paths is None:  # hints found nothing: search the package
+            hinted = set(idx.hints(edit.files))
+            paths = [p for p in idx.containing(needles) if p not in hinted]
+        outcomes = []
+        for path in paths:
+            # needles can only tell "maybe"; parse to be sure
+            if not any(n in ws.source(path) for n in needles):
+                continue
+            out = transform.apply(ws.module(path))
+            if out.changed or out.satisfied or out.notes:
+                outcomes.append((path, out))
+        if not outcomes:
+            continue
+        rel = [ws.target.rel(p) for p, _ in outcomes]
+        if transform.ONE_SITE and any(o.satisfied for _, o in outcomes):
+            return EditResult(edit.name, "satisfied", [r for r, (_, o) in zip(rel, outcomes, strict=True) if o.satisfied])
+        changed = [(p, o) for p, o in outcomes if o.module is not None]
+        if transform.ONE_SITE:
+            changed = changed[:1]
+        for path, out in changed:
+            assert out.module is not None
+            code = out.module.code
+            try:
+                compile(code, str(path), "exec")
+            except SyntaxError as e:
+                return EditResult(edit.name, "error", [ws.target.rel(path)], f"rewritten code does not compile ({e})")
+            if out.notes:
+                return EditResult(edit.name, "error", [ws.target.rel(path)], "; ".join(out.notes))
+            ws.set(path, code, out.module)
+        if changed:
+            return EditResult(edit.name, "changed", [ws.target.rel(p) for p, _ in changed])
+        notes = [n for _, o in outcomes for n in o.notes]
+        if notes:
+            return EditResult(edit.name, "error", rel, "; ".join(notes))
+        return EditResult(edit.name, "satisfied", rel)
+    return EditResult(edit.name, "missing", [], transform.describe_missing())
+
+
+def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
+    """Apply a unified diff (paths relative to the package) to a scratch copy with git.
+
+    `git apply --check` first; a diff whose reverse applies is already in: satisfied.
+    No fuzz: a diff that no longer fits is `missing`, never applied loosely.
+    """
+    assert edit.diff_path is not None
+    patch = edit.diff_path.read_text()
+    rels = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
+    if not rels:
+        return EditResult(edit.name, "error", [], f"{edit.diff_path}: no '+++ b/<path>' lines")
+    with tempfile.TemporaryDirectory(prefix="sm120patch-diff-") as tmp:
+        scratch = Path(tmp)
+        for rel in rels:
+            src = ws.target.package_dir / rel
+            if not src.is_file():
+                return EditResult(edit.name, "missing", [], f"{rel} not in this release")
+            (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+            (scratch / rel).write_text(ws.source(src), newline="")
+
+        def git_apply(*flags: str) -> bool:
+            r = subprocess.run(["git", "apply", *flags, "-"], cwd=scratch, input=patch.encode(),
+                               capture_output=True, timeout=60)
+            return r.returncode == 0
+
+        if git_apply("--check"):
+            git_apply()
+            for rel in rels:
+                ws.set(ws.target.package_dir / rel, (scratch / rel).read_text(newline=""))
+            return EditResult(edit.name, "changed", [ws.target.rel(ws.target.package_dir / r) for r in rels])
+        if git_apply("--check", "--reverse"):
+            return EditResult(edit.name, "satisfied", [ws.target.rel(ws.target.package_dir / r) for r in rels])
+    return EditResult(edit.name, "missing", [], f"{edit.diff_path.name} does not apply to this release")

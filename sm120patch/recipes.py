@@ -1,0 +1,240 @@
+"""Recipes: one TOML file per gate under patches/<package>/, loaded and validated strictly.
+
+A recipe is data only: nothing in it is imported or executed. Validation rejects
+unknown keys, wrong types, bad PEP 440 specifiers and unknown transforms with a
+one-line error naming the file and the key, so a typo never becomes a silent no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sm120patch.arch import Arch, parse_arch
+from sm120patch.errors import RecipeError, UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PACKAGES = ("sglang", "flashinfer")
+
+_RECIPE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "package": str,
+    "title": str,
+    "why": str,
+    "versions": str,
+    "arch": list,
+    "needs": list,
+    "crash_signatures": list,
+    "advice": str,
+    "min_tool_version": str,
+    "edit": list,
+}
+_REQUIRED = ("id", "package", "title", "why", "versions", "arch", "edit")
+_EDIT_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "transform": str,
+    "diff": str,
+    "functions": list,
+    "files": list,
+    "optional": bool,
+    "params": dict,
+}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change inside a recipe: a named transform, or a unified diff."""
+
+    name: str
+    transform: str | None = None
+    diff_path: Path | None = None
+    functions: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    optional: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    id: str
+    package: str
+    title: str
+    why: str
+    versions: SpecifierSet
+    arch: tuple[Arch, ...]
+    edits: tuple[Edit, ...]
+    path: Path
+    sha256: str
+    needs: tuple[str, ...] = ()
+    crash_signatures: tuple[str, ...] = ()
+    advice: str = ""
+
+    def covers_version(self, version: str | None) -> bool:
+        if version is None:
+            return False
+        try:
+            return self.versions.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return False
+
+    def covers_arch(self, arch: Arch) -> bool:
+        return any(a.major == arch.major and a.minor == arch.minor for a in self.arch)
+
+
+def default_recipe_dir() -> Path:
+    """`$SM120PATCH_RECIPES`, else the repo's patches/, else the copy shipped in the wheel."""
+    env = os.environ.get("SM120PATCH_RECIPES")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parent.parent / "patches"
+    if repo.is_dir():
+        return repo
+    return Path(str(resources.files("sm120patch") / "patches"))
+
+
+def _fail(path: Path, key: str, problem: str, fix: str) -> RecipeError:
+    return RecipeError(f"{path}: {key}: {problem}; {fix}")
+
+
+def _check_type(path: Path, key: str, value: Any, want: type | tuple[type, ...]) -> None:
+    if isinstance(value, bool) and want is not bool:
+        raise _fail(path, key, "is a boolean", f"give a {_tname(want)}")
+    if not isinstance(value, want):
+        raise _fail(path, key, f"is a {type(value).__name__}", f"give a {_tname(want)}")
+
+
+def _tname(want: type | tuple[type, ...]) -> str:
+    names = {str: "string", list: "list", dict: "table", bool: "boolean (true/false)"}
+    if isinstance(want, tuple):
+        return " or ".join(names.get(w, w.__name__) for w in want)
+    return names.get(want, want.__name__)
+
+
+def _str_list(path: Path, key: str, value: list[Any]) -> tuple[str, ...]:
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise _fail(path, f"{key}[{i}]", "is not a non-empty string", "quote it")
+    return tuple(value)
+
+
+def _safe_hint(path: Path, key: str, hint: str) -> str:
+    """File hints are package-relative POSIX paths: no absolute paths, no `..`."""
+    p = PurePosixPath(hint)
+    if p.is_absolute() or ".." in p.parts or "\\" in hint or hint.startswith("~"):
+        raise _fail(path, key, f"{hint!r} leaves the package", "give a path relative to the package, e.g. srt/layers/communicator.py")
+    return str(p)
+
+
+def _load_edit(path: Path, i: int, raw: Any) -> Edit:
+    from sm120patch.transforms import TRANSFORMS  # late: keeps the registry import one-way
+
+    key = f"edit[{i}]"
+    if not isinstance(raw, dict):
+        raise _fail(path, key, "is not a table", "write it as [[edit]]")
+    for k, v in raw.items():
+        if k not in _EDIT_KEYS:
+            raise _fail(path, f"{key}.{k}", "unknown key", f"use one of {', '.join(_EDIT_KEYS)}")
+        _check_type(path, f"{key}.{k}", v, _EDIT_KEYS[k])
+    transform, diff = raw.get("transform"), raw.get("diff")
+    if (transform is None) == (diff is None):
+        raise _fail(path, key, "needs exactly one of 'transform' or 'diff'", "name a transform or a diff file")
+    files = tuple(_safe_hint(path, f"{key}.files", f) for f in _str_list(path, f"{key}.files", raw.get("files", [])))
+    functions = _str_list(path, f"{key}.functions", raw.get("functions", []))
+    params = raw.get("params", {})
+    diff_path = None
+    if transform is not None:
+        cls = TRANSFORMS.get(transform)
+        if cls is None:
+            raise _fail(path, f"{key}.transform", f"unknown transform {transform!r}", f"use one of {', '.join(sorted(TRANSFORMS))}")
+        problem = cls.check_params(params, functions)
+        if problem:
+            raise _fail(path, f"{key}.params", problem, cls.PARAMS_HELP)
+    else:
+        rel = _safe_hint(path, f"{key}.diff", diff)
+        diff_path = path.parent / rel
+        if not diff_path.is_file():
+            raise _fail(path, f"{key}.diff", f"{rel} does not exist next to the recipe", "add the diff file or fix the name")
+    name = raw.get("name") or transform or f"diff-{i}"
+    return Edit(name, transform, diff_path, functions, files, raw.get("optional", False), params)
+
+
+def load_recipe(path: Path) -> Recipe:
+    try:
+        blob = path.read_bytes()
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot read ({e.strerror}); check the path and permissions") from None
+    try:
+        data = tomllib.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RecipeError(f"{path}: not UTF-8; save the recipe as UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        raise RecipeError(f"{path}: invalid TOML ({e}); fix the syntax") from None
+    for k, v in data.items():
+        if k not in _RECIPE_KEYS:
+            raise _fail(path, k, "unknown key", f"use one of {', '.join(_RECIPE_KEYS)}")
+        _check_type(path, k, v, _RECIPE_KEYS[k])
+    for k in _REQUIRED:
+        if k not in data:
+            raise _fail(path, k, "missing", "every recipe needs " + ", ".join(_REQUIRED))
+    rid = data["id"]
+    if rid != path.stem:
+        raise _fail(path, "id", f"{rid!r} differs from the file name", f"rename the file to {rid}.toml or fix the id")
+    if data["package"] not in PACKAGES:
+        raise _fail(path, "package", f"unknown package {data['package']!r}", f"use one of {', '.join(PACKAGES)}")
+    try:
+        versions = SpecifierSet(data["versions"])
+    except InvalidSpecifier:
+        raise _fail(path, "versions", f"{data['versions']!r} is not a PEP 440 specifier", "write e.g. '>=0.5.5,<0.6'") from None
+    arches = []
+    for i, a in enumerate(_str_list(path, "arch", data["arch"])):
+        try:
+            arches.append(parse_arch(a))
+        except UserError:
+            raise _fail(path, f"arch[{i}]", f"{a!r} is not an architecture", "write e.g. sm_120") from None
+    if not data["edit"]:
+        raise _fail(path, "edit", "is empty", "add at least one [[edit]]")
+    edits = tuple(_load_edit(path, i, e) for i, e in enumerate(data["edit"]))
+    return Recipe(
+        id=rid,
+        package=data["package"],
+        title=data["title"],
+        why=data["why"].strip(),
+        versions=versions,
+        arch=tuple(arches),
+        edits=edits,
+        path=path,
+        sha256=hashlib.sha256(blob).hexdigest(),
+        needs=_str_list(path, "needs", data.get("needs", [])),
+        crash_signatures=_str_list(path, "crash_signatures", data.get("crash_signatures", [])),
+        advice=data.get("advice", "").strip(),
+    )
+
+
+def load_recipes(directory: Path | None = None, package: str | None = None) -> list[Recipe]:
+    """Every recipe under `directory` (default: the catalogue), sorted by package then id."""
+    root = directory or default_recipe_dir()
+    if not root.is_dir():
+        raise UserError(f"{root}: recipe folder not found; pass --recipes DIR or set SM120PATCH_RECIPES")
+    recipes = [load_recipe(p) for p in sorted(root.glob("*/*.toml"))]
+    seen: dict[str, Path] = {}
+    for r in recipes:
+        if r.id in seen:
+            raise RecipeError(f"{r.path}: id: {r.id!r} also used by {seen[r.id]}; ids must be unique")
+        seen[r.id] = r.path
+        if r.path.parent.name != r.package:
+            raise RecipeError(f"{r.path}: package: {r.package!r} but the file is under {r.path.parent.name}/; move it to patches/{r.package}/")
+    if package:
+        recipes = [r for r in recipes if r.package == package]
+    return sorted(recipes, key=lambda r: (r.package, r.id))

@@ -1,0 +1,154 @@
+"""Targets: find the SGLang/FlashInfer source tree inside a path and read its version.
+
+The version always comes from the tree itself (version file, pyproject, dist-info,
+`git describe`), never from a guess, and the report says where it came from.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sm120patch.errors import TargetError
+
+# package -> a sub-folder that only that package's source tree has
+_MARKERS = {"sglang": "srt", "flashinfer": "jit"}
+# where a package sits relative to a git clone's root
+_CLONE_LAYOUT = {"sglang": "python/sglang", "flashinfer": "flashinfer"}
+
+
+@dataclass(frozen=True)
+class Target:
+    package: str
+    package_dir: Path  # the folder holding __init__.py
+    root: Path  # the tree we own edits in: the git root, or the folder the user named
+    version: str | None
+    version_source: str
+    is_git: bool
+
+    def rel(self, path: Path) -> str:
+        """A path as shown in diffs and the journal: relative to root, POSIX."""
+        return path.relative_to(self.root).as_posix()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "package": self.package,
+            "version": self.version,
+            "version_source": self.version_source,
+            "root": str(self.root),
+            "package_dir": str(self.package_dir),
+            "git": self.is_git,
+        }
+
+
+def _is_package(d: Path, package: str) -> bool:
+    return d.name == package and (d / "__init__.py").is_file() and (d / _MARKERS[package]).is_dir()
+
+
+def discover(path: Path, package: str | None = None) -> list[Target]:
+    """Every known package tree in `path`: a clone, an unpacked wheel, site-packages or the package itself."""
+    if not path.exists():
+        raise TargetError(f"{path}: no such file or folder; give the path of an SGLang/FlashInfer clone or install")
+    if not path.is_dir():
+        raise TargetError(f"{path}: is a file; give the folder that holds the sglang/ or flashinfer/ package")
+    path = path.resolve()
+    packages = [package] if package else list(_MARKERS)
+    found: list[Target] = []
+    for pkg in packages:
+        for candidate in (path / _CLONE_LAYOUT[pkg], path / pkg, path):
+            if _is_package(candidate, pkg):
+                found.append(_target(pkg, candidate, path))
+                break
+    if not found:
+        wanted = package or "sglang or flashinfer"
+        raise TargetError(
+            f"{path}: holds no {wanted} package (looked for python/sglang/, sglang/, flashinfer/); "
+            "point at a git clone, an unpacked wheel, site-packages, or use --installed"
+        )
+    return found
+
+
+def installed(package: str) -> Target:
+    """The copy the current interpreter would import, located without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise TargetError(f"{package}: not installed for {sys.executable}; pip install it, or give a PATH")
+    pkg_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
+    return _target(package, pkg_dir, pkg_dir.parent)
+
+
+def _target(package: str, pkg_dir: Path, root: Path) -> Target:
+    git_root = _git_root(package, pkg_dir, root)
+    if git_root is not None:
+        root = git_root
+    version, source = read_version(package, pkg_dir, root if git_root else None)
+    return Target(package, pkg_dir, root, version, source, git_root is not None)
+
+
+def _git_root(package: str, pkg_dir: Path, root: Path) -> Path | None:
+    """The clone's root when the tree is a clone: `.git` in the folder the user named,
+    or the named package folder sits at the clone layout (python/sglang) under one.
+    Never further up: a venv inside some repo is not a clone of SGLang."""
+    if (root / ".git").exists():
+        return root
+    depth = len(Path(_CLONE_LAYOUT[package]).parts)
+    up = pkg_dir.parents[depth - 1] if len(pkg_dir.parents) >= depth else None
+    if up is not None and (up / ".git").exists() and (up / _CLONE_LAYOUT[package]) == pkg_dir:
+        return up
+    return None
+
+
+def read_version(package: str, pkg_dir: Path, git_root: Path | None) -> tuple[str | None, str]:
+    """(version, where it came from). Each source is read as text; nothing is imported."""
+    for name in ("version.py", "_version.py", "_build_meta.py", "__init__.py"):
+        f = pkg_dir / name
+        v = _assigned_version(f)
+        if v:
+            return v, str(f)
+    for f in (pkg_dir / "version.txt", pkg_dir.parent / "version.txt"):
+        if f.is_file():
+            v = f.read_text(errors="replace").strip().splitlines()[0:1]
+            if v and re.fullmatch(r"\d[\w.+-]*", v[0]):
+                return v[0], str(f)
+    for meta in sorted(pkg_dir.parent.glob(f"{package}*.dist-info/METADATA")) + sorted(
+        pkg_dir.parent.glob(f"{package}-python*.dist-info/METADATA")
+    ):
+        m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
+        if m:
+            return m.group(1), str(meta)
+    pyproject = pkg_dir.parent / "pyproject.toml"
+    if pyproject.is_file():
+        m = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(errors="replace"), re.M)
+        if m:
+            return m.group(1), str(pyproject)
+    if git_root is not None:
+        try:
+            out = subprocess.run(["git", "describe", "--tags", "--always"], cwd=git_root,
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+            m = re.search(r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)", out)
+            if m:
+                return m.group(1), "git describe"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return None, "not found"
+
+
+def _assigned_version(f: Path) -> str | None:
+    """`__version__ = "x"` (or `version = "x"`) at module level, read by AST."""
+    if not f.is_file():
+        return None
+    try:
+        tree = ast.parse(f.read_bytes())
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id in ("__version__", "version"):
+                    return node.value.value
+    return None

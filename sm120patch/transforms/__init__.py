@@ -1,0 +1,12 @@
+"""The transform library: small libcst rewrites that recipes name and parameterise."""
+
+from __future__ import annotations
+
+from sm120patch.transforms.add_list_item import AddListItem
+from sm120patch.transforms.base import FileOutcome, Transform
+from sm120patch.transforms.insert_rule import InsertRule
+from sm120patch.transforms.widen_arch_test import WidenArchTest
+
+TRANSFORMS: dict[str, type[Transform]] = {t.NAME: t for t in (WidenArchTest, AddListItem, InsertRule)}
+
+__all__ = ["TRANSFORMS", "FileOutcome", "Transform"]

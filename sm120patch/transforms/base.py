@@ -1,0 +1,319 @@
+"""The contract every transform keeps, and the libcst helpers they share.
+
+A transform is constructed per edit from the recipe's params, then called once
+per candidate file with that file's current libcst module. It returns a
+`FileOutcome`: the new module (or None), and how many sites it changed or found
+already in the desired state. It never raises for "not found": zero sites is an
+answer the engine turns into `not-applicable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import libcst as cst
+
+
+@dataclass
+class FileOutcome:
+    module: cst.Module | None = None  # the rewritten module, None when unchanged
+    changed: int = 0
+    satisfied: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Transform:
+    NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    PARAMS_HELP: ClassVar[str]
+    # One-site transforms (insert a rule) are satisfied if any site anywhere is,
+    # and change only the first file; the others widen every matching site.
+    ONE_SITE: ClassVar[bool] = False
+
+    def __init__(self, params: dict[str, Any], functions: Sequence[str]) -> None:
+        self.params = params
+        self.functions = tuple(functions)
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any], functions: Sequence[str]) -> str | None:
+        """None when the params are usable, else what is wrong (one line)."""
+        raise NotImplementedError
+
+    def needles(self) -> list[str]:
+        """Text a file must contain to be worth parsing (cheap pre-filter)."""
+        return [f"def {f}(" for f in self.functions]
+
+    def apply(self, module: cst.Module) -> FileOutcome:
+        raise NotImplementedError
+
+    def describe_missing(self) -> str:
+        """Why no site was found, for the `not-applicable` reason."""
+        return f"no matching code in {_names(self.functions)}"
+
+
+def _names(functions: Sequence[str]) -> str:
+    return " / ".join(f"{f}()" for f in functions) or "the module"
+
+
+# --- shared helpers -----------------------------------------------------------
+
+
+def need_str_list(params: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    value = params.get(key)
+    if value is None:
+        return f"'{key}' is missing" if required else None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        return f"'{key}' must be a non-empty list of strings"
+    return None
+
+
+def need_str(params: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    value = params.get(key)
+    if value is None:
+        return f"'{key}' is missing" if required else None
+    if not isinstance(value, str) or not value:
+        return f"'{key}' must be a non-empty string"
+    return None
+
+
+def unknown_keys(params: dict[str, Any], allowed: Sequence[str]) -> str | None:
+    extra = sorted(set(params) - set(allowed))
+    return f"unknown param(s) {', '.join(extra)}" if extra else None
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a plain string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        v = node.evaluated_value
+        return v if isinstance(v, str) else None
+    return None
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, `f` for a call `f()`; else None."""
+    if isinstance(node, cst.Call) and not node.args:
+        inner = dotted(node.func)
+        return inner
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def leaf_identifier(node: cst.BaseExpression) -> str | None:
+    """The identifier that names a predicate: `_is_sm100_supported`, `is_sm100_supported()`
+    -> `is_sm100_supported`, `get_platform().is_sm100` -> `is_sm100`."""
+    if isinstance(node, cst.Call) and not node.args:
+        return leaf_identifier(node.func)
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+def flatten_or(node: cst.BooleanOperation) -> list[cst.BaseExpression]:
+    """`a or b or c` (left-nested in libcst) as [a, b, c]; parenthesised sub-chains stay whole."""
+    out: list[cst.BaseExpression] = []
+
+    def walk(n: cst.BaseExpression, top: bool) -> None:
+        if isinstance(n, cst.BooleanOperation) and isinstance(n.operator, cst.Or) and (top or not n.lpar):
+            walk(n.left, False)
+            walk(n.right, False)
+        else:
+            out.append(n)
+
+    walk(node, True)
+    return out
+
+
+def iter_functions(module: cst.Module, names: Sequence[str]) -> Iterator[cst.FunctionDef]:
+    """Every def (module level or in classes, nested too) whose name is in `names`."""
+    wanted = set(names)
+    found: list[cst.FunctionDef] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            if node.name.value in wanted:
+                found.append(node)
+            return True
+
+    module.visit(_V())
+    yield from found
+
+
+def module_bindings(module: cst.Module) -> set[str]:
+    """Names bound at module level by assignment, import, def or class."""
+    names: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        if isinstance(t.target, cst.Name):
+                            names.add(t.target.value)
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)) and isinstance(small.target, cst.Name):
+                    names.add(small.target.value)
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        names.add(_alias_name(alias))
+                elif isinstance(small, cst.Import):
+                    for alias in small.names:
+                        names.add(_alias_name(alias).split(".")[0])
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, (cst.If, cst.Try)):
+            # `try: from x import y` / `if TYPE_CHECKING:` blocks bind too
+            for inner in _nested_simple(stmt):
+                for small in inner.body:
+                    if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        names.update(_alias_name(a) for a in small.names)
+                    elif isinstance(small, cst.Assign):
+                        names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+    return names
+
+
+def _nested_simple(stmt: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    for child in stmt.children:
+        if isinstance(child, cst.SimpleStatementLine):
+            yield child
+        elif isinstance(child, (cst.IndentedBlock, cst.Else, cst.ExceptHandler, cst.Finally, cst.If)):
+            yield from _nested_simple(child)
+
+
+def _alias_name(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return cst.Module([]).code_for_node(alias.name)
+
+
+def rename_token(node: cst.CSTNode, old: str, new: str) -> cst.CSTNode:
+    """Copy of `node` with `old` replaced by `new` inside every identifier."""
+
+    class _R(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+            return updated.with_changes(value=updated.value.replace(old, new))
+
+    return node.visit(_R())
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Bare names referenced in an expression (not attribute tails)."""
+    found: set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.add(node.value)
+
+    node.visit(_V())
+    return found
+
+
+def ensure_bound(module: cst.Module, name: str, *, sibling: str | None = None,
+                 import_from: str | None = None) -> tuple[cst.Module, str | None]:
+    """Make `name` bound at module level, copying how `sibling` is bound.
+
+    A sibling bound by `from m import sibling` gets `name` added next to it; one
+    bound by `sibling = <expr>` gets `name = <expr with the token renamed>` right
+    after it, and whatever that new expression needs is bound the same way.
+    Failing that, `import_from` adds `from <import_from> import name`. Returns the
+    new module and None, or the module unchanged and why it could not.
+    """
+    if name in module_bindings(module):
+        return module, None
+    if sibling:
+        old_tok, new_tok = _differing_token(sibling, name)
+        body = list(module.body)
+        for i, stmt in enumerate(body):
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                continue
+            small = stmt.body[0]
+            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                names = list(small.names)
+                for j, alias in enumerate(names):
+                    if _alias_name(alias) == sibling and alias.asname is None:
+                        body[i] = stmt.with_changes(body=[_insert_alias(small, j, name)])
+                        return module.with_changes(body=body), None
+            if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == sibling):
+                new_value = rename_token(small.value, old_tok, new_tok)
+                new_stmt = stmt.with_changes(
+                    body=[small.with_changes(targets=[small.targets[0].with_changes(target=cst.Name(name))],
+                                             value=new_value)],
+                    leading_lines=[],
+                )
+                body.insert(i + 1, new_stmt)
+                module = module.with_changes(body=body)
+                # the renamed expression may need names of its own (is_sm120_supported)
+                for needed in sorted(names_in(new_value) - names_in(small.value)):
+                    old_needed = needed.replace(new_tok, old_tok)
+                    module, why = ensure_bound(module, needed, sibling=old_needed, import_from=import_from)
+                    if why:
+                        return module, why
+                return module, None
+    if import_from:
+        return _add_import(module, import_from, name), None
+    return module, f"cannot bind {name}: no module-level {sibling or name} to copy"
+
+
+def _differing_token(a: str, b: str) -> tuple[str, str]:
+    """The part that differs: (`_is_sm100_supported`, `_is_sm120_supported`) -> (`sm100`, `sm120`)."""
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    j = 0
+    while j < min(len(a), len(b)) - i and a[-1 - j] == b[-1 - j]:
+        j += 1
+    # widen to whole alphanumeric runs so `sm100` -> `sm120`, not `0` -> `2`
+    while i > 0 and a[i - 1].isalnum():
+        i -= 1
+    while j > 0 and a[len(a) - j].isalnum():
+        j -= 1
+    return a[i:len(a) - j], b[i:len(b) - j]
+
+
+def _insert_alias(imp: cst.ImportFrom, after: int, name: str) -> cst.ImportFrom:
+    names = list(imp.names)
+    prev = names[after]
+    if after + 1 < len(names):
+        new = cst.ImportAlias(name=cst.Name(name), comma=prev.comma)
+        names.insert(after + 1, new)
+    else:  # sibling is last: give it a comma like the one before it
+        template = names[after - 1].comma if after > 0 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        trailing = prev.comma
+        names[after] = prev.with_changes(comma=template)
+        names.append(cst.ImportAlias(name=cst.Name(name), comma=trailing))
+    return imp.with_changes(names=names)
+
+
+def _add_import(module: cst.Module, from_module: str, name: str) -> cst.Module:
+    """Add `name` to an existing `from from_module import ...`, else a new line after the imports."""
+    body = list(module.body)
+    last_import = -1
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+            small = stmt.body[0]
+            if isinstance(small, (cst.Import, cst.ImportFrom)):
+                last_import = i
+            if (isinstance(small, cst.ImportFrom) and small.module is not None
+                    and cst.Module([]).code_for_node(small.module) == from_module
+                    and not small.relative and not isinstance(small.names, cst.ImportStar)):
+                body[i] = stmt.with_changes(body=[_insert_alias(small, len(small.names) - 1, name)])
+                return module.with_changes(body=body)
+    new = cst.parse_statement(f"from {from_module} import {name}\n")
+    body.insert(last_import + 1, new)
+    return module.with_changes(body=body)
+
+
+def replace_node(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
+    """Swap one node (by identity) for another."""
+    return module.deep_replace(old, new)  # type: ignore[return-value]

@@ -1,0 +1,100 @@
+"""Fetch real SGLang/FlashInfer releases from PyPI into a cache, for tests, demo and benchmarks.
+
+Nothing fetched here is ever committed: the cache lives outside the repo
+(`$SM120PATCH_CACHE`, default ~/.cache/sm120patch). Each release is downloaded
+once (`pip download --no-deps`), unpacked once into a read-only pristine tree,
+and handed out as cheap copies: hard links, safe because sm120patch always
+writes by replacing a file, never in place.
+
+    python tools/releases.py sglang 0.5.9 --layout git DEST
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+SGLANG_RELEASES = [f"0.5.{n}" for n in range(5, 24)]
+DIST = {"sglang": "sglang", "flashinfer": "flashinfer-python"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SM120PATCH_CACHE", Path.home() / ".cache" / "sm120patch"))
+
+
+def wheel(package: str, version: str) -> Path:
+    """The release's wheel, downloaded from PyPI on first use."""
+    dist = DIST.get(package, package)
+    dl = cache_dir() / "pypi"
+    dl.mkdir(parents=True, exist_ok=True)
+    prefix = dist.replace("-", "_")
+    for pattern in (f"{prefix}-{version}-*.whl", f"{dist}-{version}-*.whl"):
+        hits = sorted(dl.glob(pattern))
+        if hits:
+            return hits[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+           "--disable-pip-version-check", "-d", str(dl), f"{dist}=={version}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    hits = sorted(dl.glob(f"{prefix}-{version}-*.whl"))
+    if r.returncode != 0 or not hits:
+        raise RuntimeError(f"could not download {dist}=={version} from PyPI: {r.stderr.strip()[-400:]}")
+    return hits[0]
+
+
+def pristine(package: str, version: str) -> Path:
+    """An unpacked wheel tree (holding `<package>/` and its dist-info); do not modify."""
+    dest = cache_dir() / "trees" / f"{package}-{version}"
+    done = dest / ".complete"
+    if not done.exists():
+        whl = wheel(package, version)
+        tmp = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(whl) as z:
+            z.extractall(tmp)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+        done.touch()
+    return dest
+
+
+def copy_tree(package: str, version: str, dest: Path, layout: str = "wheel") -> Path:
+    """A private copy of a release: `wheel` (dest/sglang/...) or `git` (dest/python/sglang/..., committed)."""
+    src = pristine(package, version)
+    pkg_root = dest / "python" if layout == "git" and package == "sglang" else dest
+    pkg_root.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.name == ".complete" or (layout == "git" and item.name.endswith(".dist-info")):
+            continue
+        target = pkg_root / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, copy_function=os.link)
+        else:
+            os.link(item, target)
+    if layout == "git":
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t"}
+        for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
+                    ["git", "commit", "-q", "-m", f"{package} {version}"], ["git", "tag", f"v{version}"]):
+            subprocess.run(cmd, cwd=dest, check=True, env=env, capture_output=True)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("package", choices=sorted(DIST))
+    ap.add_argument("version")
+    ap.add_argument("dest", type=Path)
+    ap.add_argument("--layout", choices=["wheel", "git"], default="wheel")
+    a = ap.parse_args()
+    if a.dest.exists():
+        sys.exit(f"{a.dest}: already exists; remove it or pick another folder")
+    print(copy_tree(a.package, a.version, a.dest, a.layout))
+
+
+if __name__ == "__main__":
+    main()
