@@ -1,0 +1,173 @@
+"""Click commands for crash triage: `sm120patch diagnose` and `sm120patch guard`.
+
+Kept apart from the logic (diagnose.py, guard.py) so both stay testable without click,
+and apart from cli.py so the engine can be wired in lazily: these commands only import
+`sm120patch.engine` when a --target is given, and still work (journal "unknown") while the
+engine is missing or the journal is unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from sm120patch.errors import EXIT_USAGE, UserError
+from sm120patch.recipes import Recipe, load_recipes
+
+RollbackFn = Callable[[Path, list[str]], list[str]]
+AppliedFn = Callable[[Path], set[str]]
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def engine_hooks() -> tuple[AppliedFn, RollbackFn]:
+    """The engine's journal reader and rollback, imported late (the engine is optional here)."""
+    from sm120patch.engine import applied_recipes, rollback_recipes
+
+    return applied_recipes, rollback_recipes
+
+
+def _recipes(directory: Path | None) -> list[Recipe]:
+    """The recipe catalogue; a broken recipe must not stop triage of a crash, so warn and go on."""
+    try:
+        return load_recipes(directory)
+    except UserError as e:
+        click.echo(f"warning: recipes not loaded ({e}); matching known signatures only", err=True)
+        return []
+
+
+def _journal(target: Path | None) -> set[str] | None:
+    if target is None:
+        return None
+    try:
+        applied, _ = engine_hooks()
+        return set(applied(target))
+    except ImportError:
+        click.echo("warning: the engine is not available; the journal is unknown", err=True)
+    except UserError as e:
+        click.echo(f"warning: journal not read ({e}); treating it as unknown", err=True)
+    return None
+
+
+@click.command("diagnose")
+@click.argument("logfile", required=False, default="-")
+@click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to (reads its journal).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (shape in sm120patch/diagnose.py).")
+@click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
+def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> None:
+    """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
+
+    Exit 0: a cause was named (or the log shows no error); 1: the log shows a fatal
+    error no known signature names; 2: bad input.
+    """
+    from sm120patch.diagnose import diagnose, read_lines
+    from sm120patch.signatures import load_signatures
+
+    try:
+        signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
+    except UserError as e:
+        _fail(str(e))
+    if target is not None and not target.exists():
+        _fail(f"{target}: target not found; pass the tree sm120patch apply was run on")
+    recipes = _recipes(recipe_dir)
+    journal = _journal(target)
+    try:
+        stream = sys.stdin.buffer if logfile == "-" else open(logfile, "rb")  # noqa: SIM115
+    except OSError as e:
+        _fail(f"{logfile}: cannot read the log ({e.strerror}); give the server's log file or - for stdin")
+    try:
+        result = diagnose(read_lines(stream), recipes, journal, signatures=signatures, target=target)
+    finally:
+        if logfile != "-":
+            stream.close()
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(result.render())
+    sys.exit(result.exit_code)
+
+
+@click.command("guard", context_settings={"ignore_unknown_options": True})
+@click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to.")
+@click.option("--restart", is_flag=True, help="After rolling back, start the server once more.")
+@click.option("--ready-pattern", default=None, help="Regex of the output line that means ready.")
+@click.option("--ready-url", default=None, help="URL that answers once ready, e.g. http://127.0.0.1:30000/health.")
+@click.option("--timeout", type=float, default=None, help="Seconds to become ready (0: no limit). Default 1800.")
+@click.option("--grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL. Default 10.")
+@click.option("--log", "log_path", type=click.Path(path_type=Path), help="Also append guard's log to this file.")
+@click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def guard_cmd(
+    target: Path | None,
+    restart: bool,
+    ready_pattern: str | None,
+    ready_url: str | None,
+    timeout: float | None,
+    grace: float | None,
+    log_path: Path | None,
+    recipe_dir: Path | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run a server (after --), roll back the recipe that crashes it on startup, optionally restart.
+
+    Example: sm120patch guard --target ./sglang --restart -- python -m sglang.launch_server ...
+    """
+    from sm120patch import guard
+    from sm120patch.signatures import load_signatures
+
+    if target is not None and not target.exists():
+        _fail(f"{target}: target not found; pass the tree sm120patch apply was run on")
+    try:
+        signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
+        opts = guard.GuardOptions(
+            command=list(command),
+            target=target,
+            ready_pattern=ready_pattern or guard.DEFAULT_READY,
+            ready_url=ready_url,
+            timeout=guard.DEFAULT_TIMEOUT if timeout is None else timeout,
+            restart=restart,
+            grace=guard.DEFAULT_GRACE if grace is None else grace,
+        )
+        log = guard.GuardLog(path=log_path)
+    except UserError as e:
+        _fail(str(e))
+    applied, rollback = _hooks_or_none(target)
+    try:
+        code = guard.run_guard(
+            opts,
+            recipes=_recipes(recipe_dir),
+            rollback=rollback,
+            applied=applied,
+            signatures=signatures,
+            log=log,
+        )
+    except UserError as e:
+        _fail(str(e))
+    finally:
+        log.close()
+    sys.exit(code)
+
+
+def _hooks_or_none(target: Path | None) -> tuple[AppliedFn, RollbackFn]:
+    """Engine hooks, or stand-ins that say the journal is unknown when the engine is missing."""
+    try:
+        return engine_hooks()
+    except ImportError:
+        if target is not None:
+            click.echo("warning: the engine is not available; guard will report, not roll back", err=True)
+
+        def no_journal(path: Path) -> set[str]:
+            raise RuntimeError("the engine is not available")
+
+        def no_rollback(path: Path, ids: list[str]) -> list[str]:
+            raise RuntimeError("the engine is not available")
+
+        return no_journal, no_rollback
