@@ -1,0 +1,82 @@
+"""The crash-signature catalogue loads, and its validation names the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sm120patch.errors import RecipeError
+from sm120patch.signatures import default_signatures_path, load_signatures
+
+MATCHER = "regex = 'CUDA out of memory[.] Tried to allocate (?P<size>[0-9.]+ [KMG]iB)'"
+GOOD = """
+[[signature]]
+id = "cuda-out-of-memory"
+MATCHER
+fatal = true
+meaning = "Out of memory."
+next_step = "Lower --mem-fraction-static."
+sources = ["https://pytorch.org/docs/stable/notes/cuda.html"]
+""".replace("MATCHER", MATCHER)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "signatures.toml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_catalogue_loads_with_unique_ids_and_sources() -> None:
+    sigs = load_signatures()
+    ids = [s.id for s in sigs]
+    assert len(ids) == len(set(ids)) >= 10
+    assert all(s.sources and s.meaning and s.next_step for s in sigs)
+    assert default_signatures_path().name == "signatures.toml"
+
+
+def test_catalogue_is_top_level_not_a_recipe_package() -> None:
+    # load_recipes globs patches/*/*.toml: the catalogue must stay out of it.
+    assert default_signatures_path().parent.name == "patches"
+
+
+def test_good_file_compiles_regex(tmp_path: Path) -> None:
+    (sig,) = load_signatures(write(tmp_path, GOOD))
+    m = sig.search("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0")
+    assert m and m.group("size") == "2.00 GiB"
+
+
+def test_substring_is_literal(tmp_path: Path) -> None:
+    text = GOOD.replace(MATCHER, 'substring = "a.b [x]"')
+    (sig,) = load_signatures(write(tmp_path, text))
+    assert sig.search("see a.b [x] here") and not sig.search("see axb x here")
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda t: t.replace("fatal = true", "fatal = true\nseverity = 1"), "severity: unknown key"),
+        (lambda t: t.replace("fatal = true", 'fatal = "yes"'), ".fatal: is a str"),
+        (lambda t: t.replace('meaning = "Out of memory."\n', ""), ".meaning: missing"),
+        (lambda t: t.replace("(?P<size>", "(?P<size"), ".regex: bad regex"),
+        (lambda t: t.replace('"Out of memory."', '"Out of {amount}."'), "uses {amount}"),
+        (lambda t: t.replace('id = "cuda-out-of-memory"', 'id = "Bad Id"'), "lowercase-with-dashes"),
+        (lambda t: t.replace("https://pytorch", "http://pytorch"), ".sources: must be"),
+        (lambda t: t + t, "is used twice"),
+        (lambda t: t.replace("[[signature]]", "[[signatures]]"), "signatures: unknown key"),
+        (lambda t: t.replace("fatal = true", "fatal = true\nsubstring = 'x'"), "exactly one of"),
+    ],
+)
+def test_validation_errors_are_one_line_with_file_and_key(tmp_path: Path, edit, needle: str) -> None:
+    path = write(tmp_path, edit(GOOD))
+    with pytest.raises(RecipeError) as e:
+        load_signatures(path)
+    msg = str(e.value)
+    assert needle in msg and str(path) in msg and "\n" not in msg
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="cannot read"):
+        load_signatures(tmp_path / "nope.toml")
+    with pytest.raises(RecipeError, match="invalid TOML"):
+        load_signatures(write(tmp_path, "[[signature]\n"))
