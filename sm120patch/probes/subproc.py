@@ -1,0 +1,104 @@
+"""Run a probe script under the target interpreter: own process group, timeout, Ctrl-C safe.
+
+FlashInfer and torch are only ever imported in a child of the *target* Python, so a
+hang, a crash or a CUDA init there cannot take the tool down. The child gets its own
+session so that a timeout or Ctrl-C kills it and everything it spawned (nvcc, ninja).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from sm120patch.arch import Arch
+
+
+@dataclass
+class ChildResult:
+    payload: dict[str, object] | None  # the JSON line the script printed last
+    returncode: int | None
+    stderr_tail: str
+    elapsed_s: float
+    timed_out: bool = False
+
+
+def arch_list_value(arch: Arch, cuda_at_least_12_9: bool = True) -> str:
+    """FLASHINFER_CUDA_ARCH_LIST entry with an explicit suffix.
+
+    Every FlashInfer from 0.5 to 0.7 keeps a suffixed minor ("12.0f") as given, while
+    an unsuffixed "12.0" makes 0.6.x+ ask nvcc for its version first; the suffix is
+    also what FlashInfer itself picks: 9.0a, 10.0a, 12.0f (12.0a before CUDA 12.9), 12.1a.
+    """
+    if arch.major == 12 and arch.minor == 0:
+        return "12.0f" if cuda_at_least_12_9 else "12.0a"
+    if arch.major >= 9:
+        return f"{arch.major}.{arch.minor}a"
+    return f"{arch.major}.{arch.minor}"
+
+
+def child_env(arch: Arch, sys_path: str | None, workspace: str,
+              cuda_at_least_12_9: bool = True) -> dict[str, str]:
+    env = dict(os.environ)
+    env["FLASHINFER_CUDA_ARCH_LIST"] = arch_list_value(arch, cuda_at_least_12_9)
+    env["FLASHINFER_WORKSPACE_BASE"] = workspace  # keep FlashInfer's cache writes out of $HOME
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if sys_path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [sys_path, env.get("PYTHONPATH")]))
+    return env
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_script(python: str, script: str, args: list[str], env: dict[str, str],
+               timeout: float, progress: str | None = None) -> ChildResult:
+    """Run `python -c script args...`; on Ctrl-C kill the whole group and re-raise."""
+    start = time.monotonic()
+    show = progress is not None and sys.stderr.isatty()
+    try:
+        proc = subprocess.Popen([python, "-c", script, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                env=env, start_new_session=True)
+    except OSError as e:
+        return ChildResult(None, None, f"cannot start {python}: {e}", 0.0)
+    timed_out = False
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=1.0 if show else timeout)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - start
+                if elapsed >= timeout:
+                    timed_out = True
+                    _kill_group(proc)
+                    out, err = proc.communicate()
+                    break
+                if show:
+                    sys.stderr.write(f"\r{progress} ... {elapsed:4.0f} s")
+                    sys.stderr.flush()
+    except BaseException:  # Ctrl-C or anything else: leave no child behind
+        _kill_group(proc)
+        if show:
+            sys.stderr.write("\n")
+        raise
+    if show:
+        sys.stderr.write(f"\r{progress} ... {time.monotonic() - start:4.0f} s\n")
+    payload = None
+    for line in reversed((out or "").strip().splitlines()):
+        try:
+            payload = json.loads(line)
+            break
+        except ValueError:
+            continue
+    return ChildResult(payload, proc.returncode, (err or "").strip()[-800:],
+                       time.monotonic() - start, timed_out)
