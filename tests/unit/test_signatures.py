@@ -80,3 +80,9 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
         load_signatures(tmp_path / "nope.toml")
     with pytest.raises(RecipeError, match="invalid TOML"):
         load_signatures(write(tmp_path, "[[signature]\n"))
+
+
+def test_every_signature_has_a_row_in_the_crash_doc() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "crashed.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[2].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")}
+    assert rows == {s.id for s in load_signatures()}
