@@ -35,9 +35,7 @@ def parse_arch(text: str) -> Arch:
     m = re.fullmatch(r"(\d{1,2})\.(\d)", t)
     if m:
         return Arch(int(m.group(1)), int(m.group(2)))
-    raise UserError(
-        f"--arch {text!r}: not an architecture; use one of {', '.join(KNOWN)} (or 12.0 style)"
-    )
+    raise UserError(f"--arch {text!r}: not an architecture; use one of {', '.join(KNOWN)} (or 12.0 style)")
 
 
 # What SGLang/FlashInfer arch predicates mean, by the token in their name:

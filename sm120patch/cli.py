@@ -27,29 +27,49 @@ from sm120patch.recipes import Recipe, load_recipes
 from sm120patch.targets import Target, discover, installed
 
 EXIT_INTERNAL = 3
-_STATUS_COLOUR = {"applicable": "yellow", "satisfied": "green", "not-applicable": "bright_black",
-                  "blocked": "red", "applied": "cyan", "reverted": "magenta", "failed": "red"}
+_STATUS_COLOUR = {
+    "applicable": "yellow",
+    "satisfied": "green",
+    "not-applicable": "bright_black",
+    "blocked": "red",
+    "applied": "cyan",
+    "reverted": "magenta",
+    "failed": "red",
+}
 
 
 # --- shared options -------------------------------------------------------------------------
 
 
 def _arch_option(f: Any) -> Any:
-    return click.option("--arch", "arch", default=DEFAULT, show_default=True, metavar="ARCH",
-                        help=f"GPU architecture to plan for ({', '.join(KNOWN)}).")(f)
+    return click.option(
+        "--arch",
+        "arch",
+        default=DEFAULT,
+        show_default=True,
+        metavar="ARCH",
+        help=f"GPU architecture to plan for ({', '.join(KNOWN)}).",
+    )(f)
 
 
 def _target_options(f: Any) -> Any:
-    f = click.option("--installed", is_flag=True,
-                     help="Use the copy the current Python imports (found without importing it).")(f)
-    f = click.option("--package", type=click.Choice(["sglang", "flashinfer"]),
-                     help="Only this package, when PATH holds several.")(f)
+    f = click.option(
+        "--installed", is_flag=True, help="Use the copy the current Python imports (found without importing it)."
+    )(f)
+    f = click.option(
+        "--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package, when PATH holds several."
+    )(f)
     return click.argument("path", required=False, type=click.Path(path_type=Path))(f)
 
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-_recipes_option = click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), metavar="DIR",
-                               help="Recipe folder (default: the built-in catalogue, or $SM120PATCH_RECIPES).")
+_recipes_option = click.option(
+    "--recipes",
+    "recipe_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Recipe folder (default: the built-in catalogue, or $SM120PATCH_RECIPES).",
+)
 
 
 def _targets(path: Path | None, installed_flag: bool, package: str | None) -> list[Target]:
@@ -66,16 +86,30 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def _report(arch: Arch, targets: Sequence[Target], plans: Sequence[RecipePlan], as_json: bool,
-            show_diff: bool, extra: dict[str, Any] | None = None) -> int:
+def _report(
+    arch: Arch,
+    targets: Sequence[Target],
+    plans: Sequence[RecipePlan],
+    as_json: bool,
+    show_diff: bool,
+    extra: dict[str, Any] | None = None,
+) -> int:
     if as_json:
-        _emit_json({"arch": arch.name, "targets": [t.to_dict() for t in targets],
-                    "recipes": [p.to_dict() for p in plans], **(extra or {})})
+        _emit_json(
+            {
+                "arch": arch.name,
+                "targets": [t.to_dict() for t in targets],
+                "recipes": [p.to_dict() for p in plans],
+                **(extra or {}),
+            }
+        )
     else:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         for t in targets:
-            click.echo(f"{t.package} {t.version or '(version unknown)'} at {t.root} "
-                       f"[version from {t.version_source}] for {arch.name}")
+            click.echo(
+                f"{t.package} {t.version or '(version unknown)'} at {t.root} "
+                f"[version from {t.version_source}] for {arch.name}"
+            )
         width = max((len(p.recipe.id) for p in plans), default=0)
         for p in plans:
             status = f"{p.status:<14}"
@@ -141,9 +175,20 @@ def recipes_cmd(recipe_dir: Path | None, as_json: bool) -> None:
 
 
 def _recipe_dict(r: Recipe) -> dict[str, Any]:
-    return {"id": r.id, "package": r.package, "title": r.title, "why": r.why, "versions": str(r.versions),
-            "arch": [a.name for a in r.arch], "needs": list(r.needs), "crash_signatures": list(r.crash_signatures),
-            "advice": r.advice, "edits": [e.name for e in r.edits], "path": str(r.path), "sha256": r.sha256}
+    return {
+        "id": r.id,
+        "package": r.package,
+        "title": r.title,
+        "why": r.why,
+        "versions": str(r.versions),
+        "arch": [a.name for a in r.arch],
+        "needs": list(r.needs),
+        "crash_signatures": list(r.crash_signatures),
+        "advice": r.advice,
+        "edits": [e.name for e in r.edits],
+        "path": str(r.path),
+        "sha256": r.sha256,
+    }
 
 
 @cli.command("plan")
@@ -152,8 +197,15 @@ def _recipe_dict(r: Recipe) -> dict[str, Any]:
 @_recipes_option
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @_json_option
-def plan_cmd(path: Path | None, installed: bool, package: str | None, arch: str, recipe_dir: Path | None,
-             no_diff: bool, as_json: bool) -> None:
+def plan_cmd(
+    path: Path | None,
+    installed: bool,
+    package: str | None,
+    arch: str,
+    recipe_dir: Path | None,
+    no_diff: bool,
+    as_json: bool,
+) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
 
     Nothing is written. The diff applies with `git apply` from the tree's root.
@@ -174,12 +226,29 @@ def plan_cmd(path: Path | None, installed: bool, package: str | None, arch: str,
 @click.option("--recipe", "only", multiple=True, metavar="ID", help="Apply only this recipe (repeatable).")
 @click.option("--force", is_flag=True, help="Apply over uncommitted changes in a git target.")
 @click.option("--commit", is_flag=True, help="On a git target, commit each recipe on branch sm120patch/<arch>.")
-@click.option("--wait", "wait_s", type=float, default=0.0, metavar="SECONDS",
-              help="Wait this long for another run on the same tree to finish.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for another run on the same tree to finish.",
+)
 @click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
 @_json_option
-def apply_cmd(path: Path | None, installed: bool, package: str | None, arch: str, recipe_dir: Path | None,
-              only: tuple[str, ...], force: bool, commit: bool, wait_s: float, no_diff: bool, as_json: bool) -> None:
+def apply_cmd(
+    path: Path | None,
+    installed: bool,
+    package: str | None,
+    arch: str,
+    recipe_dir: Path | None,
+    only: tuple[str, ...],
+    force: bool,
+    commit: bool,
+    wait_s: float,
+    no_diff: bool,
+    as_json: bool,
+) -> None:
     """Apply every applicable recipe to PATH: journal, write, probe, revert what fails.
 
     The journal (.sm120patch/ at the tree's root) records the original bytes first,
@@ -194,8 +263,11 @@ def apply_cmd(path: Path | None, installed: bool, package: str | None, arch: str
         raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
     targets = _targets(path, installed, package)
     probe = _probe_for(targets, a)
-    plans = [p for t in targets for p in engine.apply(t, recipes, a, probe=probe, force=force, commit=commit,
-                                                        wait_s=wait_s, only=only or None)]
+    plans = [
+        p
+        for t in targets
+        for p in engine.apply(t, recipes, a, probe=probe, force=force, commit=commit, wait_s=wait_s, only=only or None)
+    ]
     sys.exit(_report(a, targets, plans, as_json, show_diff=not no_diff))
 
 
@@ -208,12 +280,26 @@ def _probe_for(targets: Sequence[Target], arch: Arch) -> Any:
 @_target_options
 @click.option("--recipe", "ids", multiple=True, metavar="ID", help="Roll back only this recipe (repeatable).")
 @click.option("--force", is_flag=True, help="Restore even files edited since apply (your version is kept).")
-@click.option("--wait", "wait_s", type=float, default=0.0, metavar="SECONDS",
-              help="Wait this long for another run on the same tree to finish.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for another run on the same tree to finish.",
+)
 @_recipes_option
 @_json_option
-def rollback_cmd(path: Path | None, installed: bool, package: str | None, ids: tuple[str, ...], force: bool,
-                 wait_s: float, recipe_dir: Path | None, as_json: bool) -> None:
+def rollback_cmd(
+    path: Path | None,
+    installed: bool,
+    package: str | None,
+    ids: tuple[str, ...],
+    force: bool,
+    wait_s: float,
+    recipe_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Restore the original bytes of every file sm120patch changed (or only --recipe ID's).
 
     Also finishes an apply that was killed midway, returning those files to their
@@ -223,8 +309,10 @@ def rollback_cmd(path: Path | None, installed: bool, package: str | None, ids: t
 
     recipes = load_recipes(recipe_dir)
     targets = _targets(path, installed, package)
-    results = [{"target": t.to_dict(), **engine.rollback(t, recipes, ids=ids or None, force=force, wait_s=wait_s)}
-               for t in targets]
+    results = [
+        {"target": t.to_dict(), **engine.rollback(t, recipes, ids=ids or None, force=force, wait_s=wait_s)}
+        for t in targets
+    ]
     if as_json:
         _emit_json({"targets": results})
         return
@@ -234,8 +322,9 @@ def rollback_cmd(path: Path | None, installed: bool, package: str | None, ids: t
             click.echo(f"{t['package']} at {t['root']}: nothing to roll back")
             continue
         if r["recovered"]:
-            click.echo(f"{t['package']} at {t['root']}: finished an interrupted run, restored "
-                       f"{', '.join(r['recovered'])}")
+            click.echo(
+                f"{t['package']} at {t['root']}: finished an interrupted run, restored {', '.join(r['recovered'])}"
+            )
         for rid in r["rolled_back"]:
             click.echo(f"  rolled back     {rid}")
         for c in r["kept_copies"]:
@@ -261,8 +350,10 @@ def status_cmd(path: Path | None, installed: bool, package: str | None, as_json:
         t = r["target"]
         click.echo(f"{t['package']} {t['version']} at {t['root']}")
         if r["interrupted"]:
-            click.echo(f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
-                       f"run `sm120patch rollback {t['root']}`")
+            click.echo(
+                f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
+                f"run `sm120patch rollback {t['root']}`"
+            )
         if not r["applied"]:
             click.echo("  nothing applied")
         for a in r["applied"]:
@@ -311,7 +402,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BaseException as e:  # a bug, not the user's fault
         if os.environ.get("SM120PATCH_DEBUG"):
             raise
-        click.echo(f"sm120patch: internal error: {type(e).__name__}: {e} "
-                   "(rerun with SM120PATCH_DEBUG=1 and report it)", err=True)
+        click.echo(
+            f"sm120patch: internal error: {type(e).__name__}: {e} (rerun with SM120PATCH_DEBUG=1 and report it)",
+            err=True,
+        )
         sys.exit(EXIT_INTERNAL)
     sys.exit(EXIT_OK)

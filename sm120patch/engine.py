@@ -48,7 +48,9 @@ def applied_reasons(journal: Journal, target: Target) -> dict[str, str]:
             continue
         states = [file_state(journal, rel) for rel in a["files"]]
         edited = [s for s in states if s != "as-applied"]
-        out[a["id"]] = (f"applied {a.get('at', '')}".strip() + (f"; {len(edited)} file(s) changed since" if edited else ""))
+        out[a["id"]] = f"applied {a.get('at', '')}".strip() + (
+            f"; {len(edited)} file(s) changed since" if edited else ""
+        )
     return out
 
 
@@ -71,15 +73,24 @@ def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[st
     """Files with uncommitted changes that are not our own applied changes."""
     if not target.is_git or not rels:
         return []
-    r = subprocess.run(["git", "status", "--porcelain", "--", *rels], cwd=target.root,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["git", "status", "--porcelain", "--", *rels], cwd=target.root, capture_output=True, text=True, timeout=60
+    )
     dirty = [line[3:].strip() for line in r.stdout.splitlines() if line.strip()]
     return [d for d in dirty if not (journal.file(d) and file_state(journal, d) == "as-applied")]
 
 
-def apply(target: Target, recipes: Sequence[Recipe], arch: Arch, *, probe: Probe | None = None,
-          force: bool = False, commit: bool = False, wait_s: float = 0.0,
-          only: Sequence[str] | None = None) -> list[RecipePlan]:
+def apply(
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch,
+    *,
+    probe: Probe | None = None,
+    force: bool = False,
+    commit: bool = False,
+    wait_s: float = 0.0,
+    only: Sequence[str] | None = None,
+) -> list[RecipePlan]:
     """Plan, journal, write, probe; revert what the probe rejects. Returns the final per-recipe plans."""
     journal = Journal.open(target.root)
     with journal.lock(wait_s):
@@ -100,14 +111,23 @@ def apply(target: Target, recipes: Sequence[Recipe], arch: Arch, *, probe: Probe
                 raise UserError(f"{target.root / rel}: changed while sm120patch was planning; run the command again")
         dirty = _git_dirty(target, sorted(final), journal)
         if dirty and not force:
-            raise UserError(f"{target.root}: uncommitted changes in {', '.join(dirty)}; "
-                            "commit or stash them first, or pass --force")
+            raise UserError(
+                f"{target.root}: uncommitted changes in {', '.join(dirty)}; commit or stash them first, or pass --force"
+            )
         journal.write(final)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         for p in todo:
-            journal.applied.append({"id": p.recipe.id, "package": target.package, "sha256": p.recipe.sha256,
-                                    "files": p.files, "at": stamp, "arch": arch.name,
-                                    "version": target.version})
+            journal.applied.append(
+                {
+                    "id": p.recipe.id,
+                    "package": target.package,
+                    "sha256": p.recipe.sha256,
+                    "files": p.files,
+                    "at": stamp,
+                    "arch": arch.name,
+                    "version": target.version,
+                }
+            )
             p.status, p.reason = APPLIED, f"applied to {', '.join(p.files)}"
         journal.data.update(package=target.package, version=target.version)
         journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch.name)
@@ -130,8 +150,15 @@ def apply(target: Target, recipes: Sequence[Recipe], arch: Arch, *, probe: Probe
         return plans
 
 
-def rollback(target: Target, recipes: Sequence[Recipe], arch: Arch | None = None, *,
-             ids: Sequence[str] | None = None, force: bool = False, wait_s: float = 0.0) -> dict[str, Any]:
+def rollback(
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | None = None,
+    *,
+    ids: Sequence[str] | None = None,
+    force: bool = False,
+    wait_s: float = 0.0,
+) -> dict[str, Any]:
     """Take recipes back out (all by default), restoring the recorded original bytes."""
     journal = Journal.open(target.root)
     if not journal.exists:
@@ -140,36 +167,57 @@ def rollback(target: Target, recipes: Sequence[Recipe], arch: Arch | None = None
         recovered = journal.recover()
         unknown = [i for i in ids or [] if i not in journal.applied_ids()]
         if unknown:
-            raise UserError(f"{target.root}: {', '.join(unknown)} not applied here; "
-                            f"applied: {', '.join(journal.applied_ids()) or 'none'}")
+            raise UserError(
+                f"{target.root}: {', '.join(unknown)} not applied here; "
+                f"applied: {', '.join(journal.applied_ids()) or 'none'}"
+            )
         result = _rollback_locked(journal, target, recipes, arch, ids, force=force)
         result["recovered"] = recovered
         journal.remove_if_empty()
         return result
 
 
-def _rollback_locked(journal: Journal, target: Target, recipes: Sequence[Recipe], arch: Arch | None,
-                     ids: Sequence[str] | None, *, force: bool) -> dict[str, Any]:
+def _rollback_locked(
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | None,
+    ids: Sequence[str] | None,
+    *,
+    force: bool,
+) -> dict[str, Any]:
     applied = [a for a in journal.applied if a.get("package", target.package) == target.package]
     drop = [a for a in applied if ids is None or a["id"] in ids]
     keep = [a for a in applied if a not in drop]
     touched = sorted({rel for a in drop for rel in a["files"]})
     edited = [rel for rel in touched if file_state(journal, rel) == "changed-since-apply"]
     if edited and not force:
-        raise UserError(f"{target.root}: {', '.join(edited)} changed since apply; rollback would overwrite "
-                        "those edits. Pass --force to restore anyway (your version is kept in .sm120patch/saved/)")
+        raise UserError(
+            f"{target.root}: {', '.join(edited)} changed since apply; rollback would overwrite "
+            "those edits. Pass --force to restore anyway (your version is kept in .sm120patch/saved/)"
+        )
     kept_copies = [str(journal.keep_copy(rel)) for rel in edited]
     new = _replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]
     journal.note("rollback", recipes=[a["id"] for a in drop], forced=bool(edited))
     journal.save()
-    return {"rolled_back": [a["id"] for a in drop], "kept_copies": kept_copies,
-            "remaining": [a["id"] for a in keep], "files": touched}
+    return {
+        "rolled_back": [a["id"] for a in drop],
+        "kept_copies": kept_copies,
+        "remaining": [a["id"] for a in keep],
+        "files": touched,
+    }
 
 
-def _replay(journal: Journal, target: Target, recipes: Sequence[Recipe], arch: Arch | None,
-            keep: list[dict[str, Any]], touched: list[str]) -> dict[str, bytes]:
+def _replay(
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | None,
+    keep: list[dict[str, Any]],
+    touched: list[str],
+) -> dict[str, bytes]:
     """What `touched` files should hold with only `keep` applied: originals, plus the kept recipes
     replayed over them (a file two recipes edited keeps the other recipe's change)."""
     new = {rel: journal.original(rel) for rel in touched}
@@ -179,8 +227,10 @@ def _replay(journal: Journal, target: Target, recipes: Sequence[Recipe], arch: A
     by_id = {r.id: r for r in recipes}
     missing = [a["id"] for a in replay if a["id"] not in by_id]
     if missing:
-        raise UserError(f"{target.root}: recipe(s) {', '.join(missing)} are applied here but no longer in the "
-                        "catalogue; roll back everything (no --recipe) or restore the recipe files")
+        raise UserError(
+            f"{target.root}: recipe(s) {', '.join(missing)} are applied here but no longer in the "
+            "catalogue; roll back everything (no --recipe) or restore the recipe files"
+        )
     from sm120patch.arch import parse_arch
 
     replay_arch = arch or parse_arch(replay[0].get("arch", "sm_120"))
@@ -234,8 +284,7 @@ def _commit(target: Target, plans: Sequence[RecipePlan], arch: Arch) -> None:
             mode = "100755" if (target.root / rel).stat().st_mode & 0o111 else "100644"
             digest = repo.odb.store(IStream("blob", len(after), io.BytesIO(after))).hexsha.decode()
             repo.git.update_index("--cacheinfo", f"{mode},{digest},{rel}")
-        repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch.name}",
-                        "--no-verify")
+        repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch.name}", "--no-verify")
 
 
 # --- entry points other modules (guard, diagnose) use -------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ def clone(source: str, dest: Path) -> dict[str, Any]:
             repo.git.checkout(ref)
     except git.GitCommandError as e:
         detail = (e.stderr or "").strip().splitlines()
-        raise UserError(f"{source}: git clone/checkout failed ({detail[-1] if detail else e}); "
-                        "check the URL and the ref (tag, branch or commit)") from None
+        raise UserError(
+            f"{source}: git clone/checkout failed ({detail[-1] if detail else e}); "
+            "check the URL and the ref (tag, branch or commit)"
+        ) from None
     return {"url": url, "ref": ref, "dest": str(dest), "commit": repo.head.commit.hexsha}

@@ -98,17 +98,24 @@ class Journal:
         directory = state_dir_for(root)
         path = directory / "journal.json"
         if not path.exists():
-            return cls(root, directory, {"schema": SCHEMA, "applied": [], "files": {}, "pending": None,
-                                         "history": []})
+            return cls(root, directory, {"schema": SCHEMA, "applied": [], "files": {}, "pending": None, "history": []})
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise JournalError(f"{path}: unreadable journal ({e}); restore it from a backup, "
-                               f"or reinstall the package if you no longer need to roll back") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict) \
-                or not isinstance(data.get("applied"), list):
-            raise JournalError(f"{path}: not a journal of schema {SCHEMA}; "
-                               "it was written by another sm120patch version or edited by hand")
+            raise JournalError(
+                f"{path}: unreadable journal ({e}); restore it from a backup, "
+                f"or reinstall the package if you no longer need to roll back"
+            ) from None
+        if (
+            not isinstance(data, dict)
+            or data.get("schema") != SCHEMA
+            or not isinstance(data.get("files"), dict)
+            or not isinstance(data.get("applied"), list)
+        ):
+            raise JournalError(
+                f"{path}: not a journal of schema {SCHEMA}; "
+                "it was written by another sm120patch version or edited by hand"
+            )
         return cls(root, directory, data)
 
     @property
@@ -136,8 +143,10 @@ class Journal:
                     break
                 except OSError as e:
                     if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                        raise UserError(f"{self.root}: another sm120patch run is changing this tree; "
-                                        "wait for it to finish (or pass --wait SECONDS)") from None
+                        raise UserError(
+                            f"{self.root}: another sm120patch run is changing this tree; "
+                            "wait for it to finish (or pass --wait SECONDS)"
+                        ) from None
                     time.sleep(0.1)
             yield
         finally:
@@ -171,11 +180,14 @@ class Journal:
         try:
             data = (self.dir / "blobs" / digest).read_bytes()
         except OSError:
-            raise JournalError(f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file, "
-                               "reinstall the package to get the original back") from None
+            raise JournalError(
+                f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file, "
+                "reinstall the package to get the original back"
+            ) from None
         if sha256(data) != digest:
-            raise JournalError(f"{self.dir}: blob {digest[:12]} is corrupt; reinstall the package "
-                               "to get the original back")
+            raise JournalError(
+                f"{self.dir}: blob {digest[:12]} is corrupt; reinstall the package to get the original back"
+            )
         return data
 
     def original(self, rel: str) -> bytes:
@@ -193,8 +205,9 @@ class Journal:
         return digest
 
     def note(self, action: str, **fields: Any) -> None:
-        self.data.setdefault("history", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                                    "action": action, **fields})
+        self.data.setdefault("history", []).append(
+            {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "action": action, **fields}
+        )
 
     # --- transactions ------------------------------------------------------------------
 

@@ -102,8 +102,10 @@ class Workspace:
             try:
                 mod = cst.parse_module(self.source(path))
             except cst.ParserSyntaxError as e:
-                raise TargetError(f"{path}: does not parse ({e.message}, line {e.raw_line}); "
-                                  "restore the file from the release or your VCS") from None
+                raise TargetError(
+                    f"{path}: does not parse ({e.message}, line {e.raw_line}); "
+                    "restore the file from the release or your VCS"
+                ) from None
             self._module[path] = mod
         return mod
 
@@ -116,9 +118,13 @@ class Workspace:
         return dict(self.text)
 
 
-def plan(target: Target, recipes: Sequence[Recipe], arch: Arch,
-         applied: dict[str, str] | None = None,
-         read: Callable[[Path], bytes] | None = None) -> list[RecipePlan]:
+def plan(
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch,
+    applied: dict[str, str] | None = None,
+    read: Callable[[Path], bytes] | None = None,
+) -> list[RecipePlan]:
     """Plan every recipe of `target.package` on `target`.
 
     `applied` maps recipe ids the journal holds to a reason line; those report
@@ -140,11 +146,13 @@ def plan(target: Target, recipes: Sequence[Recipe], arch: Arch,
 def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch) -> RecipePlan:
     target = ws.target
     if not recipe.covers_arch(arch):
-        return RecipePlan(recipe, target, NOT_APPLICABLE,
-                          f"for {', '.join(a.name for a in recipe.arch)}, not {arch.name}")
+        return RecipePlan(
+            recipe, target, NOT_APPLICABLE, f"for {', '.join(a.name for a in recipe.arch)}, not {arch.name}"
+        )
     if target.version is not None and not recipe.covers_version(target.version):
-        return RecipePlan(recipe, target, NOT_APPLICABLE,
-                          f"{target.package} {target.version} is outside {recipe.versions}")
+        return RecipePlan(
+            recipe, target, NOT_APPLICABLE, f"{target.package} {target.version} is outside {recipe.versions}"
+        )
     before = ws.snapshot()
     results: list[EditResult] = []
     for edit in recipe.edits:
@@ -167,9 +175,15 @@ def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch) -> RecipePlan:
     if changes:
         where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == "changed"}))
         return RecipePlan(recipe, target, APPLICABLE, f"gate found in {where}{version_note}", results, changes)
-    return RecipePlan(recipe, target, SATISFIED, f"already admits {recipe.arch[0].name}: "
-                      + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == "satisfied")
-                      + version_note, results)
+    return RecipePlan(
+        recipe,
+        target,
+        SATISFIED,
+        f"already admits {recipe.arch[0].name}: "
+        + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == "satisfied")
+        + version_note,
+        results,
+    )
 
 
 def run_edit(ws: Workspace, edit: Edit) -> EditResult:
@@ -195,7 +209,9 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
             continue
         rel = [ws.target.rel(p) for p, _ in outcomes]
         if transform.ONE_SITE and any(o.satisfied for _, o in outcomes):
-            return EditResult(edit.name, "satisfied", [r for r, (_, o) in zip(rel, outcomes, strict=True) if o.satisfied])
+            return EditResult(
+                edit.name, "satisfied", [r for r, (_, o) in zip(rel, outcomes, strict=True) if o.satisfied]
+            )
         changed = [(p, o) for p, o in outcomes if o.module is not None]
         if transform.ONE_SITE:
             changed = changed[:1]
@@ -239,8 +255,9 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
             (scratch / rel).write_text(ws.source(src), newline="")
 
         def git_apply(*flags: str) -> bool:
-            r = subprocess.run(["git", "apply", *flags, "-"], cwd=scratch, input=patch.encode(),
-                               capture_output=True, timeout=60)
+            r = subprocess.run(
+                ["git", "apply", *flags, "-"], cwd=scratch, input=patch.encode(), capture_output=True, timeout=60
+            )
             return r.returncode == 0
 
         if git_apply("--check"):

@@ -133,7 +133,12 @@ def _safe_hint(path: Path, key: str, hint: str) -> str:
     """File hints are package-relative POSIX paths: no absolute paths, no `..`."""
     p = PurePosixPath(hint)
     if p.is_absolute() or ".." in p.parts or "\\" in hint or hint.startswith("~"):
-        raise _fail(path, key, f"{hint!r} leaves the package", "give a path relative to the package, e.g. srt/layers/communicator.py")
+        raise _fail(
+            path,
+            key,
+            f"{hint!r} leaves the package",
+            "give a path relative to the package, e.g. srt/layers/communicator.py",
+        )
     return str(p)
 
 
@@ -157,7 +162,12 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
     if transform is not None:
         cls = TRANSFORMS.get(transform)
         if cls is None:
-            raise _fail(path, f"{key}.transform", f"unknown transform {transform!r}", f"use one of {', '.join(sorted(TRANSFORMS))}")
+            raise _fail(
+                path,
+                f"{key}.transform",
+                f"unknown transform {transform!r}",
+                f"use one of {', '.join(sorted(TRANSFORMS))}",
+            )
         problem = cls.check_params(params, functions)
         if problem:
             raise _fail(path, f"{key}.params", problem, cls.PARAMS_HELP)
@@ -165,7 +175,9 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
         rel = _safe_hint(path, f"{key}.diff", diff)
         diff_path = path.parent / rel
         if not diff_path.is_file():
-            raise _fail(path, f"{key}.diff", f"{rel} does not exist next to the recipe", "add the diff file or fix the name")
+            raise _fail(
+                path, f"{key}.diff", f"{rel} does not exist next to the recipe", "add the diff file or fix the name"
+            )
     name = raw.get("name") or transform or f"diff-{i}"
     return Edit(name, transform, diff_path, functions, files, raw.get("optional", False), params)
 
@@ -196,7 +208,9 @@ def load_recipe(path: Path) -> Recipe:
     try:
         versions = SpecifierSet(data["versions"])
     except InvalidSpecifier:
-        raise _fail(path, "versions", f"{data['versions']!r} is not a PEP 440 specifier", "write e.g. '>=0.5.5,<0.6'") from None
+        raise _fail(
+            path, "versions", f"{data['versions']!r} is not a PEP 440 specifier", "write e.g. '>=0.5.5,<0.6'"
+        ) from None
     arches = []
     for i, a in enumerate(_str_list(path, "arch", data["arch"])):
         try:
@@ -234,7 +248,10 @@ def load_recipes(directory: Path | None = None, package: str | None = None) -> l
             raise RecipeError(f"{r.path}: id: {r.id!r} also used by {seen[r.id]}; ids must be unique")
         seen[r.id] = r.path
         if r.path.parent.name != r.package:
-            raise RecipeError(f"{r.path}: package: {r.package!r} but the file is under {r.path.parent.name}/; move it to patches/{r.package}/")
+            raise RecipeError(
+                f"{r.path}: package: {r.package!r} but the file is under {r.path.parent.name}/; "
+                f"move it to patches/{r.package}/"
+            )
     if package:
         recipes = [r for r in recipes if r.package == package]
     return sorted(recipes, key=lambda r: (r.package, r.id))

@@ -128,8 +128,14 @@ def read_version(package: str, pkg_dir: Path, git_root: Path | None) -> tuple[st
             return m.group(1), str(pyproject)
     if git_root is not None:
         try:
-            out = subprocess.run(["git", "describe", "--tags", "--always"], cwd=git_root,
-                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+            out = subprocess.run(
+                ["git", "describe", "--tags", "--always"],
+                cwd=git_root,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
             m = re.search(r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)", out)
             if m:
                 return m.group(1), "git describe"

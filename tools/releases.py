@@ -37,8 +37,19 @@ def wheel(package: str, version: str) -> Path:
         hits = sorted(dl.glob(pattern))
         if hits:
             return hits[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-           "--disable-pip-version-check", "-d", str(dl), f"{dist}=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-q",
+        "--disable-pip-version-check",
+        "-d",
+        str(dl),
+        f"{dist}=={version}",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     hits = sorted(dl.glob(f"{prefix}-{version}-*.whl"))
     if r.returncode != 0 or not hits:
@@ -76,10 +87,19 @@ def copy_tree(package: str, version: str, dest: Path, layout: str = "wheel") -> 
         else:
             os.link(item, target)
     if layout == "git":
-        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t"}
-        for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],
-                    ["git", "commit", "-q", "-m", f"{package} {version}"], ["git", "tag", f"v{version}"]):
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
+        for cmd in (
+            ["git", "init", "-q", "-b", "main"],
+            ["git", "add", "-A"],
+            ["git", "commit", "-q", "-m", f"{package} {version}"],
+            ["git", "tag", f"v{version}"],
+        ):
             subprocess.run(cmd, cwd=dest, check=True, env=env, capture_output=True)
     return dest
 

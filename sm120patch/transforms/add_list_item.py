@@ -10,7 +10,6 @@ import libcst as cst
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
-    iter_functions,
     need_str,
     need_str_list,
     string_value,
@@ -22,7 +21,7 @@ class AddListItem(Transform):
     NAME: ClassVar[str] = "add-list-item"
     DESCRIPTION: ClassVar[str] = (
         "In the named functions, every list literal holding all `anchors` strings gets "
-        "`item`. Where the list carries the item as a comment (`# \"item\",`), that line is "
+        '`item`. Where the list carries the item as a comment (`# "item",`), that line is '
         "uncommented in place so the diff is one line; otherwise the item is appended in the "
         "list's own layout. A list that already holds the item is satisfied."
     )
@@ -30,7 +29,9 @@ class AddListItem(Transform):
 
     @classmethod
     def check_params(cls, params: dict[str, Any], functions: Any) -> str | None:
-        problem = unknown_keys(params, ("anchors", "item")) or need_str_list(params, "anchors") or need_str(params, "item")
+        problem = (
+            unknown_keys(params, ("anchors", "item")) or need_str_list(params, "anchors") or need_str(params, "item")
+        )
         if problem:
             return problem
         if not functions:
@@ -43,14 +44,13 @@ class AddListItem(Transform):
         self.item: str = params["item"]
         self.commented = re.compile(r"#\s*(['\"])" + re.escape(self.item) + r"\1\s*,?\s*$")
 
-    def describe_missing(self) -> str:
-        where = " / ".join(f"{f}()" for f in self.functions)
-        return f"no list holding {', '.join(repr(a) for a in self.anchors)} in {where}"
+    def shape(self) -> str:
+        return f"list holding {', '.join(repr(a) for a in self.anchors)}"
 
     def apply(self, module: cst.Module) -> FileOutcome:
         out = FileOutcome()
         swaps: dict[cst.List, cst.List] = {}
-        for fn in iter_functions(module, self.functions):
+        for fn in self.functions_in(module):
             for lst in _lists(fn):
                 values = [string_value(e.value) for e in lst.elements]
                 if not all(a in values for a in self.anchors):
@@ -61,6 +61,7 @@ class AddListItem(Transform):
                 swaps[lst] = self._uncomment(lst) or _append(lst, self.item)
                 out.changed += 1
         if swaps:
+
             class _Swap(cst.CSTTransformer):
                 def leave_List(self, original: cst.List, updated: cst.List) -> cst.BaseExpression:
                     return swaps.get(original, updated)
@@ -107,7 +108,7 @@ def _split(pw: cst.ParenthesizedWhitespace, k: int) -> tuple[cst.ParenthesizedWh
     before = pw.with_changes(empty_lines=pw.empty_lines[:k], indent=line.indent, last_line=line.whitespace)
     after = cst.ParenthesizedWhitespace(
         first_line=cst.TrailingWhitespace(),
-        empty_lines=pw.empty_lines[k + 1:],
+        empty_lines=pw.empty_lines[k + 1 :],
         indent=pw.indent,
         last_line=pw.last_line,
     )
@@ -126,7 +127,9 @@ def _append(lst: cst.List, item: str) -> cst.List:
         # one element per line: reuse the indentation of the first element's line
         lb = lst.lbracket.whitespace_after
         indent = lb.last_line if isinstance(lb, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace("    ")
-        sep = cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=indent)
+        sep = cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=indent
+        )
         elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=sep))
         elements.append(new_el.with_changes(comma=cst.Comma()) if isinstance(last.comma, cst.Comma) else new_el)
     else:

@@ -35,6 +35,7 @@ class Transform:
     def __init__(self, params: dict[str, Any], functions: Sequence[str]) -> None:
         self.params = params
         self.functions = tuple(functions)
+        self.seen: set[str] = set()  # named functions met so far, for a precise "missing" reason
 
     @classmethod
     def check_params(cls, params: dict[str, Any], functions: Sequence[str]) -> str | None:
@@ -50,7 +51,18 @@ class Transform:
 
     def describe_missing(self) -> str:
         """Why no site was found, for the `not-applicable` reason."""
-        return f"no matching code in {_names(self.functions)}"
+        if not self.seen:
+            return f"no {_names(self.functions)} in this release"
+        return f"{_names(sorted(self.seen))} has no {self.shape()}: the gate takes another form here"
+
+    def shape(self) -> str:
+        """What the transform looks for inside the functions, in words."""
+        return "matching code"
+
+    def functions_in(self, module: cst.Module) -> list[cst.FunctionDef]:
+        found = list(iter_functions(module, self.functions))
+        self.seen.update(f.name.value for f in found)
+        return found
 
 
 def _names(functions: Sequence[str]) -> str:
@@ -217,8 +229,9 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return found
 
 
-def ensure_bound(module: cst.Module, name: str, *, sibling: str | None = None,
-                 import_from: str | None = None) -> tuple[cst.Module, str | None]:
+def ensure_bound(
+    module: cst.Module, name: str, *, sibling: str | None = None, import_from: str | None = None
+) -> tuple[cst.Module, str | None]:
     """Make `name` bound at module level, copying how `sibling` is bound.
 
     A sibling bound by `from m import sibling` gets `name` added next to it; one
@@ -242,13 +255,19 @@ def ensure_bound(module: cst.Module, name: str, *, sibling: str | None = None,
                     if _alias_name(alias) == sibling and alias.asname is None:
                         body[i] = stmt.with_changes(body=[_insert_alias(small, j, name)])
                         return module.with_changes(body=body), None
-            if (isinstance(small, cst.Assign) and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == sibling):
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == sibling
+            ):
                 new_value = rename_token(small.value, old_tok, new_tok)
                 new_stmt = stmt.with_changes(
-                    body=[small.with_changes(targets=[small.targets[0].with_changes(target=cst.Name(name))],
-                                             value=new_value)],
+                    body=[
+                        small.with_changes(
+                            targets=[small.targets[0].with_changes(target=cst.Name(name))], value=new_value
+                        )
+                    ],
                     leading_lines=[],
                 )
                 body.insert(i + 1, new_stmt)
@@ -278,7 +297,7 @@ def _differing_token(a: str, b: str) -> tuple[str, str]:
         i -= 1
     while j > 0 and a[len(a) - j].isalnum():
         j -= 1
-    return a[i:len(a) - j], b[i:len(b) - j]
+    return a[i : len(a) - j], b[i : len(b) - j]
 
 
 def _insert_alias(imp: cst.ImportFrom, after: int, name: str) -> cst.ImportFrom:
@@ -304,9 +323,13 @@ def _add_import(module: cst.Module, from_module: str, name: str) -> cst.Module:
             small = stmt.body[0]
             if isinstance(small, (cst.Import, cst.ImportFrom)):
                 last_import = i
-            if (isinstance(small, cst.ImportFrom) and small.module is not None
-                    and cst.Module([]).code_for_node(small.module) == from_module
-                    and not small.relative and not isinstance(small.names, cst.ImportStar)):
+            if (
+                isinstance(small, cst.ImportFrom)
+                and small.module is not None
+                and cst.Module([]).code_for_node(small.module) == from_module
+                and not small.relative
+                and not isinstance(small.names, cst.ImportStar)
+            ):
                 body[i] = stmt.with_changes(body=[_insert_alias(small, len(small.names) - 1, name)])
                 return module.with_changes(body=body)
     new = cst.parse_statement(f"from {from_module} import {name}\n")

@@ -11,7 +11,6 @@ from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
     ensure_bound,
-    iter_functions,
     leaf_identifier,
     need_str,
     need_str_list,
@@ -26,7 +25,7 @@ class InsertRule(Transform):
         "Insert `code` (one `if` statement, written in the recipe) as the first statement "
         "of the first named function found. Satisfied when any named function already holds "
         "an `if` whose test admits `arch` and whose body assigns `value` to `assigns` "
-        "(upstream wrote the same rule). `imports` (\"module:name\") are added when unbound."
+        '(upstream wrote the same rule). `imports` ("module:name") are added when unbound.'
     )
     PARAMS_HELP: ClassVar[str] = (
         'params = { code = "if ...:\\n    ...", assigns = "moe_runner_backend", '
@@ -36,9 +35,14 @@ class InsertRule(Transform):
 
     @classmethod
     def check_params(cls, params: dict[str, Any], functions: Any) -> str | None:
-        problem = (unknown_keys(params, ("code", "assigns", "value", "arch", "imports"))
-                   or need_str(params, "code") or need_str(params, "assigns") or need_str(params, "value")
-                   or need_str(params, "arch") or need_str_list(params, "imports", required=False))
+        problem = (
+            unknown_keys(params, ("code", "assigns", "value", "arch", "imports"))
+            or need_str(params, "code")
+            or need_str(params, "assigns")
+            or need_str(params, "value")
+            or need_str(params, "arch")
+            or need_str_list(params, "imports", required=False)
+        )
         if problem:
             return problem
         if params["arch"] not in PREDICATE_MAJORS:
@@ -64,12 +68,9 @@ class InsertRule(Transform):
         self.majors = PREDICATE_MAJORS[params["arch"]]
         self.imports = [tuple(i.split(":")) for i in params.get("imports", [])]
 
-    def describe_missing(self) -> str:
-        return f"none of {' / '.join(f'{f}()' for f in self.functions)} exists"
-
     def apply(self, module: cst.Module) -> FileOutcome:
         out = FileOutcome()
-        functions = list(iter_functions(module, self.functions))
+        functions = self.functions_in(module)
         if any(self._has_rule(fn) for fn in functions):
             out.satisfied = 1
             return out
@@ -141,5 +142,9 @@ def _assigns(block: cst.CSTNode, attr: str, value: str) -> bool:
 
 
 def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString))
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString)
+    )

@@ -12,7 +12,6 @@ from sm120patch.transforms.base import (
     Transform,
     ensure_bound,
     flatten_or,
-    iter_functions,
     leaf_identifier,
     need_str,
     need_str_list,
@@ -32,16 +31,19 @@ class WidenArchTest(Transform):
         "A test that already admits `add`'s architecture (`is_blackwell_supported()`) is satisfied."
     )
     PARAMS_HELP: ClassVar[str] = (
-        "params = { has = [\"sm90\", \"sm100\"], add = \"sm120\", import_from = \"sglang.srt.utils\" "
-        "(optional), near = \"allreduce_fusion\" (optional: the enclosing statement must mention it) }"
+        'params = { has = ["sm90", "sm100"], add = "sm120", import_from = "sglang.srt.utils" '
+        '(optional), near = "allreduce_fusion" (optional: the enclosing statement must mention it) }'
     )
 
     @classmethod
     def check_params(cls, params: dict[str, Any], functions: Any) -> str | None:
-        problem = (unknown_keys(params, ("has", "add", "import_from", "near"))
-                   or need_str_list(params, "has") or need_str(params, "add")
-                   or need_str(params, "import_from", required=False)
-                   or need_str(params, "near", required=False))
+        problem = (
+            unknown_keys(params, ("has", "add", "import_from", "near"))
+            or need_str_list(params, "has")
+            or need_str(params, "add")
+            or need_str(params, "import_from", required=False)
+            or need_str(params, "near", required=False)
+        )
         if problem:
             return problem
         for tok in [*params["has"], params["add"]]:
@@ -59,15 +61,14 @@ class WidenArchTest(Transform):
         self.near: str | None = params.get("near")
         self.import_from: str | None = params.get("import_from")
 
-    def describe_missing(self) -> str:
-        where = " / ".join(f"{f}()" for f in self.functions)
-        return f"no `{' or '.join(self.has)}` test in {where}"
+    def shape(self) -> str:
+        return f"`{' or '.join(self.has)}` test" + (f" near {self.near!r}" if self.near else "")
 
     def apply(self, module: cst.Module) -> FileOutcome:
         out = FileOutcome()
         replacements: dict[cst.BooleanOperation, cst.BooleanOperation] = {}
         needed: list[tuple[str, str]] = []  # (new bare name, sibling) to bind at module level
-        for fn in iter_functions(module, self.functions):
+        for fn in self.functions_in(module):
             for chain, context in _or_chains(fn):
                 if self.near and self.near not in module.code_for_node(context):
                     continue
@@ -158,5 +159,7 @@ class _Swap(cst.CSTTransformer):
     def __init__(self, replacements: dict[cst.BooleanOperation, cst.BooleanOperation]) -> None:
         self.replacements = replacements
 
-    def leave_BooleanOperation(self, original: cst.BooleanOperation, updated: cst.BooleanOperation) -> cst.BaseExpression:
+    def leave_BooleanOperation(
+        self, original: cst.BooleanOperation, updated: cst.BooleanOperation
+    ) -> cst.BaseExpression:
         return self.replacements.get(original, updated)
