@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from sm120patch.errors import EXIT_USAGE, UserError
+from sm120patch.errors import EXIT_USAGE, TargetError, UserError
 from sm120patch.recipes import Recipe, load_recipes
 
 RollbackFn = Callable[[Path, list[str]], list[str]]
@@ -52,6 +52,8 @@ def _journal(target: Path | None) -> set[str] | None:
         return set(applied(target))
     except ImportError:
         click.echo("warning: the engine is not available; the journal is unknown", err=True)
+    except TargetError as e:
+        _fail(str(e))
     except UserError as e:
         click.echo(f"warning: journal not read ({e}); treating it as unknown", err=True)
     return None
@@ -140,6 +142,13 @@ def guard_cmd(
     except UserError as e:
         _fail(str(e))
     applied, rollback = _hooks_or_none(target)
+    if target is not None:
+        try:
+            applied(target)  # a wrong --target is bad usage, found before the server starts
+        except TargetError as e:
+            _fail(str(e))
+        except Exception:  # an unreadable journal is guard's to report, per launch
+            pass
     try:
         code = guard.run_guard(
             opts,

@@ -331,7 +331,7 @@ class Diagnoser:
                 hint = "" if self.target else " (add --target PATH to check the journal)"
                 step = f"If you applied {', '.join(ids)}: {command}{hint}"
             notes = [f"implicated recipe: {titles}"]
-            notes += [f"{r}: {self._recipes[r].advice}" for r in ids if self._recipes[r].advice]
+            notes += [f"{r}: {' '.join(self._recipes[r].advice.split())}" for r in ids if self._recipes[r].advice]
             return Finding(
                 source="recipe",
                 signature=name,

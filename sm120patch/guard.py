@@ -394,7 +394,8 @@ def run_guard(
                 signals.pgid = None
                 if server.proc.poll() is None or group_members(server.pgid):
                     server.stop(signal.SIGKILL)
-            log(f"server exited with status {att.returncode}")
+            by = f" (stopped by guard: {att.stopped_by_guard})" if att.stopped_by_guard else ""
+            log(f"server exited with status {att.returncode}{by}")
             if att.signalled is not None:
                 return att.returncode if att.returncode is not None else 128 + att.signalled
             if att.ready:

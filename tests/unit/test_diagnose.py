@@ -289,3 +289,17 @@ def test_cli_without_engine_treats_journal_as_unknown(tmp_path: Path, monkeypatc
 def test_cli_missing_target_is_usage_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")])
     assert res.exit_code == 2 and "target not found" in res.output
+
+
+def test_cli_target_that_is_not_a_package_tree_is_usage_error(tmp_path: Path) -> None:
+    pytest.importorskip("sm120patch.engine")
+    log = write_log(tmp_path, JIT_CRASH)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = CliRunner().invoke(diagnose_cmd, [str(log), "--target", str(empty)])
+    assert res.exit_code == 2 and res.output.startswith("error: ")
+
+
+def test_recipe_advice_is_one_line_in_notes() -> None:
+    d = diagnose(JIT_CRASH, [recipe(advice="Needs 0.6.17.\nBenchmark TP4.")], {AR})
+    assert any(n.endswith("Needs 0.6.17. Benchmark TP4.") for n in d.findings[0].notes)
