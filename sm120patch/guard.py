@@ -144,6 +144,7 @@ class _Server:
         self.opts, self.diagnoser, self.out, self.log = opts, diagnoser, out, log
         self.events: queue.Queue[tuple[str, object]] = queue.Queue()
         self.ready_re = re.compile(opts.ready_pattern)
+        self.lock = threading.Lock()  # the pump feeds the diagnoser while guard may read it
         try:
             self.proc = subprocess.Popen(
                 opts.command,
@@ -160,19 +161,32 @@ class _Server:
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
+        passing = True
         try:
             for line in read_lines(self.proc.stdout):
-                self.out.write(line if line.endswith("\n") else line + "\n")
-                self.out.flush()
-                for finding in self.diagnoser.feed(line):
+                if passing:
+                    try:
+                        self.out.write(line if line.endswith("\n") else line + "\n")
+                        self.out.flush()
+                    except (OSError, ValueError) as e:  # our stdout went away: keep draining the server
+                        passing = False
+                        self.events.put(("pump-error", str(e)))
+                with self.lock:
+                    findings = self.diagnoser.feed(line)
+                    n = self.diagnoser.lines_read
+                for finding in findings:
                     if finding.fatal:
                         self.events.put(("fatal", finding))
                 if self.ready_re.search(line):
-                    self.events.put(("ready", self.diagnoser.lines_read))
-        except (OSError, ValueError) as e:  # our stdout closed, or the pipe broke
+                    self.events.put(("ready", n))
+        except OSError as e:  # the server's pipe broke
             self.events.put(("pump-error", str(e)))
         finally:
             self.events.put(("eof", None))
+
+    def diagnosis(self) -> Diagnosis:
+        with self.lock:
+            return self.diagnoser.result()
 
     def stop(self, sig: int = signal.SIGTERM, send: bool = True) -> None:
         """Signal the whole group (unless already sent), wait `grace`, then SIGKILL the rest."""
@@ -278,7 +292,7 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
         elif kind == "eof":
             eof = True
         elif kind == "pump-error":
-            log(f"cannot pass the server's output through ({payload})")
+            log(f"cannot pass the server's output through ({payload}); still watching it")
         if signals.received is not None:
             name = signal.Signals(signals.received).name
             log(f"received {name}; forwarded it to the server's process group")
@@ -301,7 +315,7 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
             break
     server.cleanup()
     att.returncode = exit_status(server.proc.returncode) if server.proc.returncode is not None else None
-    att.diagnosis = server.diagnoser.result()
+    att.diagnosis = server.diagnosis()
     return att
 
 

@@ -283,3 +283,18 @@ def test_usage_errors(tmp_path: Path) -> None:
 
 def test_exit_status_convention() -> None:
     assert exit_status(0) == 0 and exit_status(3) == 3 and exit_status(-15) == 143
+
+
+class BrokenOut(io.StringIO):
+    def write(self, s: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_closed_stdout_does_not_stall_the_server(tmp_path: Path) -> None:
+    # 2 MB of output would block the server on a full pipe if guard stopped reading.
+    body = f"for _ in range(2000): print('x' * 1000)\nprint({READY!r}); sys.exit(0)\n"
+    err = io.StringIO()
+    opts = GuardOptions(command=server(tmp_path, body), target=tmp_path, timeout=5, grace=1)
+    code = run_guard(opts, recipes=[], rollback=lambda t, i: i, applied=lambda t: set(), signatures=SIGS,
+                     out=BrokenOut(), log=GuardLog(err))
+    assert code == 0 and "still watching" in err.getvalue() and "server is ready" in err.getvalue()
