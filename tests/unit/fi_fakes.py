@@ -1,0 +1,88 @@
+"""Small fake FlashInfer trees and CUDA binaries for the probe tests (our own code, not upstream's)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+COMM = '''
+import os
+
+MAJORS = {majors}
+
+
+def _flags(supported_major_versions):
+    arch = os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "")
+    majors = [int(a.split(".")[0]) for a in arch.split()]
+    if not [m for m in majors if m in supported_major_versions]:
+        raise RuntimeError(
+            f"No supported CUDA architectures found for major versions {{supported_major_versions}}."
+        )
+    return ["-gencode"]
+
+
+class JitSpec:
+    name = "trtllm_comm"
+
+
+def gen_trtllm_comm_module():
+    _flags(supported_major_versions={gate})
+    return JitSpec()
+'''
+
+
+def make_tree(root: Path, gate: str = "[9, 10]", majors: str = "[9, 10, 12]",
+              version: str = "0.6.1", layout: str = "wheel") -> Path:
+    """A fake FlashInfer: `wheel` (package + dist-info + _build_meta), or `repo` (version.txt)."""
+    pkg = root / "flashinfer"
+    (pkg / "jit").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "jit" / "__init__.py").write_text("")
+    (pkg / "jit" / "comm.py").write_text(COMM.format(gate=gate, majors=majors))
+    if layout == "wheel":
+        (pkg / "_build_meta.py").write_text(f'__version__ = "{version}"\n')
+        info = root / f"flashinfer_python-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Name: flashinfer-python\nVersion: {version}\n")
+    else:
+        (root / "version.txt").write_text(version + "\n")
+    return root
+
+
+def elf64_header(machine: int, flags: int, abiversion: int, shoff: int = 0, shnum: int = 0,
+                 shstrndx: int = 0) -> bytes:
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0x41 if machine == 190 else 0, abiversion]) + b"\0" * 7
+    return ident + struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff, flags, 64, 0, 0,
+                               64, shnum, shstrndx)
+
+
+def cubin(sm: int, abiversion: int = 8) -> bytes:
+    flags = (sm << 8) | 0x02 if abiversion >= 8 else sm | 0x500
+    return elf64_header(190, flags, abiversion) + b"\0" * 32
+
+
+def fatbin(entries: list[tuple[int, int, int]]) -> bytes:
+    """A fatbin container; entries are (kind, sm, flags) with a 16-byte dummy payload."""
+    body = b""
+    for kind, sm, flags in entries:
+        header = struct.pack("<HHIQIIHHIIIQ", kind, 0x101, 64, 16, 0, 0, 8, 1, sm, 0, 0, flags)
+        header += b"\0" * (64 - len(header))
+        body += header + b"\x7fELF" + b"\0" * 12
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def host_so(fat: bytes) -> bytes:
+    """An x86-64 ELF with a `.nv_fatbin` section holding `fat`."""
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    data_off = 64
+    names_off = data_off + len(fat)
+    shoff = (names_off + len(names) + 7) // 8 * 8
+    out = bytearray(elf64_header(62, 0, 0, shoff=shoff, shnum=3, shstrndx=1))
+    out += fat + names
+    out += b"\0" * (shoff - len(out))
+
+    def sh(name: int, typ: int, off: int, size: int) -> bytes:
+        return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, 0, 0, 1, 0)
+
+    out += sh(0, 0, 0, 0) + sh(1, 3, names_off, len(names)) + sh(11, 1, data_off, len(fat))
+    return bytes(out)

@@ -1,0 +1,180 @@
+"""The probe ladder on fake FlashInfer trees: static gate reading, spec in a subprocess,
+early stop on fail, absent-by-design kernels, artifacts, cache."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sm120patch.arch import parse_arch
+from sm120patch.errors import UserError
+from sm120patch.flashinfer_env import from_tree
+from sm120patch.kernels import load_kernels
+from sm120patch.probes import ProbeCache, probe_kernel, probe_recipe, recipe_passes
+from sm120patch.probes.static import read_gate
+from sm120patch.probes.subproc import arch_list_value
+from tests.unit.fi_fakes import cubin, fatbin, host_so, make_tree
+
+SM90, SM100, SM120, SM121 = (parse_arch(a) for a in ("sm_90", "sm_100", "sm_120", "sm_121"))
+COMM = "flashinfer:trtllm_comm"
+
+
+@pytest.fixture(autouse=True)
+def _no_home_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "fi-home"))
+
+
+def test_static_reads_literal_constant_and_indirect(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text(
+        "GATE = [9, 10, 12]\n"
+        "def helper():\n    return ctx.flags(supported_major_versions=[10])\n"
+        "def gen_lit():\n    return ctx.flags(supported_major_versions=[9, 10])\n"
+        "def gen_const():\n    return ctx.flags(supported_major_versions=GATE)\n"
+        "def gen_local():\n    m = (12,)\n    return ctx.flags(supported_major_versions=m)\n"
+        "def gen_indirect():\n    return helper()\n"
+        "def gen_dynamic(x):\n    return ctx.flags(supported_major_versions=x.majors)\n"
+        "def gen_none():\n    return spec()\n")
+    assert read_gate(f, "gen_lit").majors == (9, 10)
+    assert read_gate(f, "gen_const").majors == (9, 10, 12)
+    assert read_gate(f, "gen_local").majors == (12,)
+    assert read_gate(f, "gen_indirect").majors == (10,)
+    assert read_gate(f, "gen_dynamic").dynamic
+    assert read_gate(f, "gen_none").found and read_gate(f, "gen_none").majors is None
+    assert not read_gate(f, "gen_missing").found
+    assert not read_gate(tmp_path / "nope.py", "gen_lit").found
+
+
+def test_static_verdicts(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10]"))
+    v = probe_kernel(COMM, SM120, fi, "static")
+    assert (v.result, v.rung) == ("fail", "static")
+    assert "[9, 10]" in v.reason and "excludes major 12" in v.reason
+    assert probe_kernel(COMM, SM90, fi, "static").result == "pass"
+    assert probe_kernel(COMM, SM100, fi, "static").result == "pass"
+
+
+def test_static_unknown_when_generator_missing(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    (tmp_path / "flashinfer" / "jit" / "comm.py").write_text("def other():\n    pass\n")
+    v = probe_kernel(COMM, SM120, from_tree(tmp_path), "static")
+    assert (v.result, v.rung) == ("unknown", "none") and "not found" in v.reason
+
+
+def test_spec_rung_runs_generator_in_subprocess(tmp_path: Path) -> None:
+    # The fake generator raises FlashInfer's error text for archs outside its gate;
+    # the static gate says [9, 10, 12] but the runtime list is only [9, 10]: spec wins.
+    make_tree(tmp_path, gate="MAJORS", majors="[9, 10]")
+    comm = tmp_path / "flashinfer" / "jit" / "comm.py"
+    comm.write_text(comm.read_text().replace("MAJORS = [9, 10]", "MAJORS = list(range(9, 11))"))
+    fi = from_tree(tmp_path, python=sys.executable)
+    v = probe_kernel(COMM, SM120, fi, "spec")
+    assert (v.result, v.rung) == ("fail", "spec"), v
+    assert "No supported CUDA architectures found for major versions [9, 10]" in v.reason
+    assert "FLASHINFER_CUDA_ARCH_LIST=12.0f" in v.reason
+    v = probe_kernel(COMM, SM90, fi, "spec")
+    assert (v.result, v.rung) == ("pass", "spec") and "JitSpec" in v.reason
+
+
+def test_static_pass_upgraded_by_spec(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]"), python=sys.executable)
+    assert probe_kernel(COMM, SM120, fi, "static").rung == "static"
+    v = probe_kernel(COMM, SM120, fi, "spec")
+    assert (v.result, v.rung) == ("pass", "spec")
+
+
+def test_spec_degrades_without_interpreter_or_imports(tmp_path: Path) -> None:
+    make_tree(tmp_path, gate="[9, 10, 12]")
+    (tmp_path / "flashinfer" / "jit" / "comm.py").write_text(
+        "import torch  # noqa\n"
+        "def gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n")
+    v = probe_kernel(COMM, SM120, from_tree(tmp_path, python=sys.executable), "spec")
+    # static passed; spec could not import torch here: the verdict stays on static, says why
+    assert (v.result, v.rung) == ("pass", "static")
+    assert "cannot import torch" in v.reason or "torch" in v.reason
+    v = probe_kernel(COMM, SM120, from_tree(tmp_path), "spec")
+    assert v.rung == "static" and "no Python interpreter" in v.reason
+
+
+def test_early_stop_skips_spec(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10]"), python=str(tmp_path / "no-python"))
+    v = probe_kernel(COMM, SM120, fi, "run")
+    assert (v.result, v.rung) == ("fail", "static")  # no subprocess was needed
+
+
+def test_absent_by_design(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    cubins = tmp_path / "flashinfer_cubin" / "cubins" / "abc" / "batched_gemm-1"
+    cubins.mkdir(parents=True)
+    (tmp_path / "flashinfer_cubin" / "__init__.py").write_text("")
+    for i, sm in enumerate((100, 100, 103)):
+        (cubins / f"k{i}.cubin").write_bytes(cubin(sm))
+    fi = from_tree(tmp_path)
+    v = probe_kernel("flashinfer:trtllm_gen_moe", SM121, fi, "static")
+    assert (v.result, v.rung) == ("fail", "static") and "does not exist for sm_121" in v.reason
+    v = probe_kernel("flashinfer:trtllm_gen_moe", SM120, fi, "artifact")
+    assert (v.result, v.rung) == ("fail", "artifact")
+    assert "3 cubins" in v.reason and "[100, 103]" in v.reason
+    (cubins / "k9.cubin").write_bytes(cubin(120))
+    v = probe_kernel("flashinfer:trtllm_gen_moe", SM120, fi, "artifact")
+    assert v.result == "unknown" and "update kernels.toml" in v.reason
+
+
+def test_artifact_pass_from_jit_cache(tmp_path: Path, monkeypatch) -> None:
+    make_tree(tmp_path / "t", gate="[9, 10, 12]")
+    ops = tmp_path / "fi-home" / ".cache" / "flashinfer" / "0.6.1" / "120f" / "cached_ops"
+    (ops / "trtllm_comm").mkdir(parents=True)
+    (ops / "trtllm_comm" / "trtllm_comm.so").write_bytes(host_so(fatbin([(2, 120, 0x1200000)])))
+    fi = from_tree(tmp_path / "t")
+    assert fi.user_cache_dirs == [ops]
+    v = probe_kernel(COMM, SM120, fi, "artifact")
+    assert (v.result, v.rung) == ("pass", "artifact") and "trtllm_comm.so" in v.reason
+    v = probe_kernel(COMM, SM90, fi, "artifact")
+    assert (v.result, v.rung) == ("pass", "static")  # the .so has no sm_90: no evidence
+
+
+def test_cache_is_fast_and_invalidated(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path / "t", gate="[9, 10, 12]"), python=sys.executable)
+    cache = ProbeCache(tmp_path / "c")
+    cold = probe_kernel(COMM, SM120, fi, "spec", cache)
+    assert not cold.cached and cold.result == "pass"
+    t = time.perf_counter()
+    warm = probe_kernel(COMM, SM120, fi, "spec", cache)
+    assert warm.cached and warm.result == "pass" and time.perf_counter() - t < 0.05
+    assert warm.reason == cold.reason
+    comm = tmp_path / "t" / "flashinfer" / "jit" / "comm.py"
+    comm.write_text(comm.read_text().replace("supported_major_versions=[9, 10, 12]",
+                                             "supported_major_versions=[9, 10]"))
+    again = probe_kernel(COMM, SM120, fi, "spec", cache)
+    assert not again.cached and again.result == "fail"
+
+
+def test_probe_recipe(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10]"))
+    vs = probe_recipe([COMM], [SM90, SM120], fi, "static")
+    assert [(v.arch, v.result) for v in vs] == [("sm_90", "pass"), ("sm_120", "fail")]
+    assert not recipe_passes(vs) and recipe_passes(vs[:1])
+    assert all(isinstance(v.to_dict()["elapsed_s"], float) for v in vs)
+
+
+def test_bad_level_and_missing_fi(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path))
+    with pytest.raises(UserError, match="unknown level"):
+        probe_kernel(COMM, SM120, fi, "gpu")
+    fi.package_dir, fi.error = None, "flashinfer is not importable"
+    assert probe_kernel(COMM, SM120, fi).reason == "flashinfer is not importable"
+
+
+def test_run_rung_without_check_says_why(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]"))
+    v = probe_kernel(COMM, SM120, fi, "run", catalogue=load_kernels())
+    assert v.result == "pass" and "two or more GPUs" in v.reason
+
+
+def test_arch_list_values() -> None:
+    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == [
+        "9.0a", "10.0a", "12.0f", "12.1a"]
+    assert arch_list_value(SM120, cuda_at_least_12_9=False) == "12.0a"
