@@ -345,9 +345,7 @@ def _report(att: Attempt, log: GuardLog) -> None:
             log("no known signature and no error lines in the server's output")
 
 
-def _roll_back(
-    opts: GuardOptions, att: Attempt, rollback: RollbackFn, log: GuardLog
-) -> list[str]:
+def _roll_back(opts: GuardOptions, att: Attempt, rollback: RollbackFn, log: GuardLog) -> list[str]:
     diag = att.diagnosis
     assert diag is not None
     unknown = sorted({r for f in diag.causes if f.journal == "unknown" for r in f.recipe_ids})

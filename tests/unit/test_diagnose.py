@@ -207,17 +207,40 @@ def test_read_lines_bounds_each_line() -> None:
 def test_json_shape() -> None:
     d = diagnose(JIT_CRASH, [recipe()], {AR}, target=Path("/t"))
     data = json.loads(json.dumps(d.to_dict()))
-    assert set(data) == {"cause_found", "exit_code", "lines_read", "target", "journal", "findings", "unnamed_errors", "notes"}
+    assert set(data) == {
+        "cause_found",
+        "exit_code",
+        "lines_read",
+        "target",
+        "journal",
+        "findings",
+        "unnamed_errors",
+        "notes",
+    }
     f = data["findings"][0]
     assert set(f) == {
-        "source", "signature", "fatal", "recipe_ids", "journal", "meaning", "next_step",
-        "line_no", "line", "count", "details", "sources", "notes",
+        "source",
+        "signature",
+        "fatal",
+        "recipe_ids",
+        "journal",
+        "meaning",
+        "next_step",
+        "line_no",
+        "line",
+        "count",
+        "details",
+        "sources",
+        "notes",
     }
     assert data["target"] == "/t" and data["journal"] == "read" and f["recipe_ids"] == [AR]
 
 
 def test_rollback_command_quotes() -> None:
-    assert rollback_command(None, ["a", "b"]) == "sm120patch rollback TARGET --recipe a && sm120patch rollback TARGET --recipe b"
+    assert (
+        rollback_command(None, ["a", "b"])
+        == "sm120patch rollback TARGET --recipe a && sm120patch rollback TARGET --recipe b"
+    )
 
 
 def test_real_allreduce_recipe_signature_is_found() -> None:

@@ -48,8 +48,15 @@ def spawn_children(n=2):
 
 def recipe() -> Recipe:
     return Recipe(
-        id=AR, package="sglang", title="allreduce fusion", why="t", versions=SpecifierSet(">=0"),
-        arch=(), edits=(), path=Path("r.toml"), sha256="0",
+        id=AR,
+        package="sglang",
+        title="allreduce fusion",
+        why="t",
+        versions=SpecifierSet(">=0"),
+        arch=(),
+        edits=(),
+        path=Path("r.toml"),
+        sha256="0",
         crash_signatures=("No supported CUDA architectures found for major versions [9, 10]",),
     )
 
@@ -84,9 +91,13 @@ class Run:
         start = time.monotonic()
         try:
             self.code = run_guard(
-                options, recipes=[recipe()], rollback=self.rollback,
+                options,
+                recipes=[recipe()],
+                rollback=self.rollback,
                 applied=lambda p: {AR} if applied is None else applied,
-                signatures=SIGS, out=self.out, log=log,
+                signatures=SIGS,
+                out=self.out,
+                log=log,
             )
         finally:
             log.close()
@@ -234,7 +245,9 @@ def test_signals_to_guard_reach_the_whole_group(tmp_path: Path, sig: signal.Sign
     driver.write_text(DRIVER, encoding="utf-8")
     guard = subprocess.Popen(
         [sys.executable, str(driver), cmd[-1], str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 5
@@ -257,7 +270,8 @@ def test_signals_to_guard_reach_the_whole_group(tmp_path: Path, sig: signal.Sign
 def test_cli_guard_rolls_back_through_the_engine_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Path, list[str]]] = []
     monkeypatch.setattr(
-        commands_triage, "engine_hooks",
+        commands_triage,
+        "engine_hooks",
         lambda: (lambda p: {AR}, lambda p, ids: calls.append((p, ids)) or ids),
     )
     monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [recipe()])
@@ -295,6 +309,13 @@ def test_closed_stdout_does_not_stall_the_server(tmp_path: Path) -> None:
     body = f"for _ in range(2000): print('x' * 1000)\nprint({READY!r}); sys.exit(0)\n"
     err = io.StringIO()
     opts = GuardOptions(command=server(tmp_path, body), target=tmp_path, timeout=5, grace=1)
-    code = run_guard(opts, recipes=[], rollback=lambda t, i: i, applied=lambda t: set(), signatures=SIGS,
-                     out=BrokenOut(), log=GuardLog(err))
+    code = run_guard(
+        opts,
+        recipes=[],
+        rollback=lambda t, i: i,
+        applied=lambda t: set(),
+        signatures=SIGS,
+        out=BrokenOut(),
+        log=GuardLog(err),
+    )
     assert code == 0 and "still watching" in err.getvalue() and "server is ready" in err.getvalue()
