@@ -256,7 +256,11 @@ def find_cuda() -> CudaToolkit:
         p = _run([nvcc, "--version"])
         version = parse_nvcc_version(p.stdout) if p and p.returncode == 0 else None
         real = Path(nvcc).resolve()
-        return CudaToolkit(version, str(real), str(real.parent.parent), source)
+        homes = [real.parent.parent, *(Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH")
+                                       if os.environ.get(v)), Path("/usr/local/cuda")]
+        # nvcc on PATH may be a wrapper script: the toolkit is where the headers are
+        home = next((h for h in homes if (h / "include" / "cuda_runtime.h").is_file()), None)
+        return CudaToolkit(version, str(real), str(home) if home else None, source)
     return CudaToolkit()
 
 
