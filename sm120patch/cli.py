@@ -20,8 +20,10 @@ from typing import Any
 import click
 
 from sm120patch import __version__
-from sm120patch.arch import DEFAULT, KNOWN, Arch, parse_arch
+from sm120patch.arch import DEFAULT, KNOWN, Arch
+from sm120patch.commands_triage import diagnose_cmd, guard_cmd
 from sm120patch.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_archs, resolve_flashinfer
 from sm120patch.plan import BLOCKED, FAILED, REVERTED, RecipePlan
 from sm120patch.recipes import Recipe, load_recipes
 from sm120patch.targets import Target, discover, installed
@@ -45,11 +47,40 @@ def _arch_option(f: Any) -> Any:
     return click.option(
         "--arch",
         "arch",
-        default=DEFAULT,
-        show_default=True,
+        multiple=True,
         metavar="ARCH",
-        help=f"GPU architecture to plan for ({', '.join(KNOWN)}).",
+        help=f"GPU architecture to plan for ({', '.join(KNOWN)}); repeat for mixed GPUs. "
+        f"Default: the GPUs NVML/nvidia-smi see, else {DEFAULT}.",
     )(f)
+
+
+def _probe_options(default: str) -> Any:
+    def deco(f: Any) -> Any:
+        f = click.option(
+            "--probe",
+            "level",
+            type=click.Choice(PROBE_LEVELS),
+            default=default,
+            show_default=True,
+            help="How far up the probe ladder to check that a recipe's kernels exist: static (read "
+            "FlashInfer's source), artifact (prebuilt cubins), spec (ask FlashInfer, no GPU), build "
+            "(nvcc), run (GPU). 'none' skips the check.",
+        )(f)
+        f = click.option(
+            "--flashinfer",
+            "flashinfer",
+            type=click.Path(path_type=Path),
+            metavar="PATH",
+            help="FlashInfer tree to probe (default: next to the target, else what --python imports).",
+        )(f)
+        return click.option(
+            "--python",
+            "python",
+            metavar="EXE",
+            help="Interpreter of the server's environment (default: this one).",
+        )(f)
+
+    return deco
 
 
 def _target_options(f: Any) -> Any:
@@ -87,7 +118,7 @@ def _emit_json(data: Any) -> None:
 
 
 def _report(
-    arch: Arch,
+    archs: Sequence[Arch],
     targets: Sequence[Target],
     plans: Sequence[RecipePlan],
     as_json: bool,
@@ -97,7 +128,7 @@ def _report(
     if as_json:
         _emit_json(
             {
-                "arch": arch.name,
+                "arch": ",".join(a.name for a in archs),
                 "targets": [t.to_dict() for t in targets],
                 "recipes": [p.to_dict() for p in plans],
                 **(extra or {}),
@@ -108,7 +139,7 @@ def _report(
         for t in targets:
             click.echo(
                 f"{t.package} {t.version or '(version unknown)'} at {t.root} "
-                f"[version from {t.version_source}] for {arch.name}"
+                f"[version from {t.version_source}] for {', '.join(a.name for a in archs)}"
             )
         width = max((len(p.recipe.id) for p in plans), default=0)
         for p in plans:
@@ -194,6 +225,7 @@ def _recipe_dict(r: Recipe) -> dict[str, Any]:
 @cli.command("plan")
 @_target_options
 @_arch_option
+@_probe_options("static")
 @_recipes_option
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @_json_option
@@ -201,27 +233,35 @@ def plan_cmd(
     path: Path | None,
     installed: bool,
     package: str | None,
-    arch: str,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
     recipe_dir: Path | None,
     no_diff: bool,
     as_json: bool,
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
 
-    Nothing is written. The diff applies with `git apply` from the tree's root.
+    Nothing is written. The diff applies with `git apply` from the tree's root. A
+    recipe whose kernels the probe cannot find for the GPU shows as `blocked`.
     """
     from sm120patch.engine import make_plan
 
-    a = parse_arch(arch)
     recipes = load_recipes(recipe_dir)
     targets = _targets(path, installed, package)
-    plans = [p for t in targets for p in make_plan(t, recipes, a)]
-    sys.exit(_report(a, targets, plans, as_json, show_diff=not no_diff))
+    archs, arch_note = resolve_archs(arch)
+    probe = _probe(targets, archs, level, flashinfer, python)
+    plans = [p for t in targets for p in make_plan(t, recipes, archs, probe=probe)]
+    if arch_note != "--arch" and not as_json:
+        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
+    sys.exit(_report(archs, targets, plans, as_json, show_diff=not no_diff))
 
 
 @cli.command("apply")
 @_target_options
 @_arch_option
+@_probe_options("spec")
 @_recipes_option
 @click.option("--recipe", "only", multiple=True, metavar="ID", help="Apply only this recipe (repeatable).")
 @click.option("--force", is_flag=True, help="Apply over uncommitted changes in a git target.")
@@ -240,7 +280,10 @@ def apply_cmd(
     path: Path | None,
     installed: bool,
     package: str | None,
-    arch: str,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
     recipe_dir: Path | None,
     only: tuple[str, ...],
     force: bool,
@@ -252,28 +295,90 @@ def apply_cmd(
     """Apply every applicable recipe to PATH: journal, write, probe, revert what fails.
 
     The journal (.sm120patch/ at the tree's root) records the original bytes first,
-    so `sm120patch rollback PATH` restores them even after a crash or a kill.
+    so `sm120patch rollback PATH` restores them even after a crash or a kill. A recipe
+    whose probe does not find its kernels for every GPU arch is reverted (exit 1).
     """
     from sm120patch import engine
 
-    a = parse_arch(arch)
     recipes = load_recipes(recipe_dir)
     unknown = [i for i in only if i not in {r.id for r in recipes}]
     if unknown:
         raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
     targets = _targets(path, installed, package)
-    probe = _probe_for(targets, a)
+    archs, arch_note = resolve_archs(arch)
+    if arch_note != "--arch" and not as_json:
+        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
+    probe = _probe(targets, archs, level, flashinfer, python)
     plans = [
         p
         for t in targets
-        for p in engine.apply(t, recipes, a, probe=probe, force=force, commit=commit, wait_s=wait_s, only=only or None)
+        for p in engine.apply(
+            t, recipes, archs, probe=probe, force=force, commit=commit, wait_s=wait_s, only=only or None
+        )
     ]
-    sys.exit(_report(a, targets, plans, as_json, show_diff=not no_diff))
+    sys.exit(_report(archs, targets, plans, as_json, show_diff=not no_diff))
 
 
-def _probe_for(targets: Sequence[Target], arch: Arch) -> Any:
-    """The probe `apply` runs after writing; None until the probe ladder is wired."""
-    return None
+def _probe(
+    targets: Sequence[Target], archs: Sequence[Arch], level: str, flashinfer: Path | None, python: str | None
+) -> Any:
+    if level == "none":
+        return None
+    return make_probe(archs, resolve_flashinfer(targets, flashinfer, python), level)
+
+
+@cli.command("preflight")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package.")
+@_arch_option
+@_probe_options("spec")
+@_recipes_option
+@click.option("--no-torch", is_flag=True, help="Skip asking torch (in a subprocess) for its CUDA and arch list.")
+@_json_option
+def preflight_cmd(
+    path: Path | None,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    no_torch: bool,
+    as_json: bool,
+) -> None:
+    """What will sm120patch do on this box? GPUs, driver, CUDA, torch, the SGLang and
+    FlashInfer it would patch and probe, and per recipe: status, probe verdict, rung, advice.
+
+    PATH defaults to the SGLang installed for --python (or this interpreter). Works
+    without a GPU: `sm120patch preflight --arch sm_120`.
+    """
+    from sm120patch.preflight import preflight, render
+
+    recipes = load_recipes(recipe_dir)
+    targets = [_installed_for(python, package or "sglang")] if path is None else discover(path, package)
+    archs, arch_note = resolve_archs(arch)
+    fi = resolve_flashinfer(targets, flashinfer, python)
+    report = preflight(targets, recipes, archs, arch_note, fi, level, with_torch=not no_torch, python=python)
+    if as_json:
+        _emit_json(report)
+    else:
+        click.echo(render(report))
+    blocked = any(r["status"] in (BLOCKED, FAILED) for r in report["recipes"])
+    sys.exit(EXIT_FAILED if blocked else EXIT_OK)
+
+
+def _installed_for(python: str | None, package: str) -> Target:
+    """The package `python` imports (this interpreter by default), located without importing it."""
+    if python is None:
+        return installed(package)
+    import subprocess
+
+    code = f"import importlib.util as u; s = u.find_spec({package!r}); print(list(s.submodule_search_locations)[0])"
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise UserError(f"{python}: {package} is not installed there; give PATH or another --python")
+    pkg = Path(r.stdout.strip().splitlines()[-1])
+    return discover(pkg.parent, package)[0]
 
 
 @cli.command("rollback")
@@ -379,6 +484,10 @@ def clone_cmd(source: str, dest: Path, as_json: bool) -> None:
     else:
         click.echo(f"cloned {info['url']} at {info['ref'] or 'default branch'} ({info['commit'][:12]}) into {dest}")
         click.echo(f"next: sm120patch plan {dest}")
+
+
+cli.add_command(diagnose_cmd)
+cli.add_command(guard_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
 from sm120patch.journal import Journal, sha256
-from sm120patch.plan import APPLICABLE, APPLIED, REVERTED, RecipePlan, plan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, REVERTED, RecipePlan, plan
 from sm120patch.recipes import Recipe, load_recipes
 from sm120patch.targets import Target, discover
 
@@ -64,9 +64,19 @@ def file_state(journal: Journal, rel: str) -> str:
     return "as-applied" if sha256(path.read_bytes()) == entry.current else "changed-since-apply"
 
 
-def make_plan(target: Target, recipes: Sequence[Recipe], arch: Arch) -> list[RecipePlan]:
+def make_plan(
+    target: Target, recipes: Sequence[Recipe], arch: Arch | Sequence[Arch], probe: Probe | None = None
+) -> list[RecipePlan]:
+    """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`."""
     journal = Journal.open(target.root)
-    return plan(target, recipes, arch, applied=applied_reasons(journal, target))
+    plans = plan(target, recipes, arch, applied=applied_reasons(journal, target))
+    if probe is not None:
+        for p in plans:
+            if p.status == APPLICABLE:
+                failure = probe(p.recipe)
+                if failure is not None:
+                    p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
+    return plans
 
 
 def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[str]:
@@ -83,7 +93,7 @@ def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[st
 def apply(
     target: Target,
     recipes: Sequence[Recipe],
-    arch: Arch,
+    arch: Arch | Sequence[Arch],
     *,
     probe: Probe | None = None,
     force: bool = False,
@@ -92,10 +102,12 @@ def apply(
     only: Sequence[str] | None = None,
 ) -> list[RecipePlan]:
     """Plan, journal, write, probe; revert what the probe rejects. Returns the final per-recipe plans."""
+    archs = [arch] if isinstance(arch, Arch) else list(arch)
+    arch_names = ",".join(a.name for a in archs)
     journal = Journal.open(target.root)
     with journal.lock(wait_s):
         journal.recover()
-        plans = plan(target, recipes, arch, applied=applied_reasons(journal, target))
+        plans = plan(target, recipes, archs, applied=applied_reasons(journal, target))
         todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
         if not todo:
             journal.remove_if_empty()
@@ -124,13 +136,13 @@ def apply(
                     "sha256": p.recipe.sha256,
                     "files": p.files,
                     "at": stamp,
-                    "arch": arch.name,
+                    "arch": arch_names,
                     "version": target.version,
                 }
             )
             p.status, p.reason = APPLIED, f"applied to {', '.join(p.files)}"
         journal.data.update(package=target.package, version=target.version)
-        journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch.name)
+        journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch_names)
         journal.save()
         if probe is not None:
             failed = {}
@@ -140,13 +152,13 @@ def apply(
                     failed[p.recipe.id] = verdict
                     p.probe = verdict.verdicts
             if failed:
-                _rollback_locked(journal, target, recipes, arch, list(failed), force=False)
+                _rollback_locked(journal, target, recipes, archs, list(failed), force=False)
                 for p in todo:
                     if p.recipe.id in failed:
                         f = failed[p.recipe.id]
-                        p.status, p.reason = REVERTED, f"probe failed at the {f.rung} rung: {f.reason}"
+                        p.status, p.reason = REVERTED, f"reverted: probe failed at the {f.rung} rung: {f.reason}"
         if commit and target.is_git:
-            _commit(target, [p for p in todo if p.status == APPLIED], arch)
+            _commit(target, [p for p in todo if p.status == APPLIED], arch_names)
         return plans
 
 
@@ -181,7 +193,7 @@ def _rollback_locked(
     journal: Journal,
     target: Target,
     recipes: Sequence[Recipe],
-    arch: Arch | None,
+    arch: Arch | Sequence[Arch] | None,
     ids: Sequence[str] | None,
     *,
     force: bool,
@@ -214,7 +226,7 @@ def _replay(
     journal: Journal,
     target: Target,
     recipes: Sequence[Recipe],
-    arch: Arch | None,
+    arch: Arch | Sequence[Arch] | None,
     keep: list[dict[str, Any]],
     touched: list[str],
 ) -> dict[str, bytes]:
@@ -233,7 +245,7 @@ def _replay(
         )
     from sm120patch.arch import parse_arch
 
-    replay_arch = arch or parse_arch(replay[0].get("arch", "sm_120"))
+    replay_arch = arch or [parse_arch(a) for a in replay[0].get("arch", "sm_120").split(",")]
     overlay = {target.root / rel: data for rel, data in new.items()}
 
     def read(path: Path) -> bytes:
@@ -268,7 +280,7 @@ def status(target: Target) -> dict[str, Any]:
     }
 
 
-def _commit(target: Target, plans: Sequence[RecipePlan], arch: Arch) -> None:
+def _commit(target: Target, plans: Sequence[RecipePlan], arch: str) -> None:
     """One commit per recipe on branch sm120patch/<arch>, built in the index from each recipe's bytes."""
     import io
 
@@ -276,7 +288,7 @@ def _commit(target: Target, plans: Sequence[RecipePlan], arch: Arch) -> None:
     from gitdb.base import IStream
 
     repo = git.Repo(target.root)
-    branch = f"sm120patch/{arch.name}"
+    branch = f"sm120patch/{arch.replace(',', '+')}"
     if repo.head.is_detached or repo.active_branch.name != branch:
         repo.git.checkout("-B", branch)
     for p in plans:
@@ -284,7 +296,7 @@ def _commit(target: Target, plans: Sequence[RecipePlan], arch: Arch) -> None:
             mode = "100755" if (target.root / rel).stat().st_mode & 0o111 else "100644"
             digest = repo.odb.store(IStream("blob", len(after), io.BytesIO(after))).hexsha.decode()
             repo.git.update_index("--cacheinfo", f"{mode},{digest},{rel}")
-        repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch.name}", "--no-verify")
+        repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch}", "--no-verify")
 
 
 # --- entry points other modules (guard, diagnose) use -------------------------------------------

@@ -121,7 +121,7 @@ class Workspace:
 def plan(
     target: Target,
     recipes: Sequence[Recipe],
-    arch: Arch,
+    arch: Arch | Sequence[Arch],
     applied: dict[str, str] | None = None,
     read: Callable[[Path], bytes] | None = None,
 ) -> list[RecipePlan]:
@@ -143,11 +143,17 @@ def plan(
     return plans
 
 
-def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch) -> RecipePlan:
+def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> RecipePlan:
+    """A recipe is for a machine only if it covers every arch on it (mixed GPUs share one tree)."""
     target = ws.target
-    if not recipe.covers_arch(arch):
+    archs = [arch] if isinstance(arch, Arch) else list(arch)
+    other = [a for a in archs if not recipe.covers_arch(a)]
+    if other:
         return RecipePlan(
-            recipe, target, NOT_APPLICABLE, f"for {', '.join(a.name for a in recipe.arch)}, not {arch.name}"
+            recipe,
+            target,
+            NOT_APPLICABLE,
+            f"for {', '.join(a.name for a in recipe.arch)}, not {', '.join(a.name for a in other)}",
         )
     if target.version is not None and not recipe.covers_version(target.version):
         return RecipePlan(

@@ -1,6 +1,6 @@
 """Real FlashInfer releases from PyPI, downloaded once into a cache outside the repo.
 
-`$SM120PATCH_CACHE` or ~/.cache/sm120patch/pypi holds the wheels, their unpacked
+`$SM120PATCH_CACHE/pypi` (default ~/.cache/sm120patch/pypi) holds the wheels, their unpacked
 trees, and one venv (CPU torch 2.13.0 + flashinfer-python 0.6.1) for the spec rung.
 In CI (CI=true) a download that fails fails the test; locally it skips.
 """
@@ -24,7 +24,7 @@ SPEC_FI = "0.6.1"
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("SM120PATCH_CACHE") or Path.home() / ".cache/sm120patch/pypi")
+    root = Path(os.environ.get("SM120PATCH_CACHE") or Path.home() / ".cache/sm120patch") / "pypi"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -1,0 +1,130 @@
+"""Pre-flight: what will sm120patch do on this box? Machine, packages, and per recipe a verdict.
+
+Answers without writing anything and without importing torch or FlashInfer here:
+GPUs come from NVML/nvidia-smi (torch only in a subprocess), FlashInfer is located
+in a subprocess, and probe verdicts come from the cache when nothing they depend on changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sm120patch.arch import Arch
+from sm120patch.engine import make_plan
+from sm120patch.gatekeeper import make_probe
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED
+from sm120patch.recipes import Recipe
+from sm120patch.targets import Target
+
+_ADVICE = {
+    APPLICABLE: "run `sm120patch apply {root}`",
+    BLOCKED: "upgrade FlashInfer (see the probe reason), or leave this gate shut",
+    SATISFIED: "nothing to do: this release already opens the gate",
+    NOT_APPLICABLE: "nothing to do",
+    APPLIED: "applied; `sm120patch rollback {root} --recipe {id}` takes it back",
+}
+
+
+def preflight(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    arch_source: str,
+    fi: Any,
+    level: str,
+    with_torch: bool = True,
+    python: str | None = None,
+) -> dict[str, Any]:
+    from sm120patch.device import can_build_for, detect
+
+    machine = detect(list(archs) if arch_source == "--arch" else None, python=python, with_torch=with_torch)
+    probe = make_probe(archs, fi, level)
+    rows = []
+    for t in targets:
+        for p in make_plan(t, recipes, archs, probe=probe):
+            verdicts = p.probe
+            if p.status == APPLICABLE and probe is not None and p.recipe.needs:
+                verdicts = _passing(p.recipe, archs, fi, level)
+            rows.append(
+                {
+                    "id": p.recipe.id,
+                    "package": p.recipe.package,
+                    "status": p.status,
+                    "reason": p.reason,
+                    "probe": verdicts,
+                    "rung": _rung(verdicts),
+                    "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id),
+                }
+            )
+    builds = {
+        a.name: dict(zip(("ok", "why"), can_build_for(machine.cuda, a, family=a.major == 12), strict=True))
+        for a in archs
+    }
+    return {
+        "machine": machine.to_dict(),
+        "archs": [a.name for a in archs],
+        "arch_source": arch_source,
+        "can_build": builds,
+        "targets": [t.to_dict() for t in targets],
+        "flashinfer": fi.to_dict() if hasattr(fi, "to_dict") else None,
+        "probe_level": level,
+        "recipes": rows,
+    }
+
+
+def _passing(recipe: Recipe, archs: Sequence[Arch], fi: Any, level: str) -> list[dict[str, Any]]:
+    """Verdicts of a recipe that passed (served from the probe cache the plan just filled)."""
+    from sm120patch.probes import ProbeCache, probe_recipe
+
+    return [v.to_dict() for v in probe_recipe(recipe.needs, archs, fi, level, ProbeCache())]
+
+
+def _rung(verdicts: Sequence[dict[str, Any]]) -> str:
+    if not verdicts:
+        return "-"
+    order = ("none", "static", "artifact", "spec", "build", "run")
+    return min((str(v.get("rung", "none")) for v in verdicts), key=lambda r: order.index(r) if r in order else 0)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human table."""
+    m = report["machine"]
+    out = []
+    gpus = m["gpus"] or []
+    if gpus:
+        for g in gpus:
+            out.append(f"GPU {g['index']}: {g['name']} ({g['arch']}, from {g['source']})")
+    else:
+        out.append("GPU: none detected")
+    for note in m.get("notes", []):
+        out.append(f"  note: {note}")
+    out.append(f"planning for: {', '.join(report['archs'])} ({report['arch_source']})")
+    out.append(f"driver: {m.get('driver') or '-'}")
+    cuda = m["cuda"]
+    out.append(f"CUDA toolkit: {cuda.get('version') or 'not found'} {cuda.get('home') or ''}".rstrip())
+    for arch, b in report["can_build"].items():
+        out.append(f"  build for {arch}: {'yes' if b['ok'] else 'no'} ({b['why']})")
+    t = m.get("torch")
+    if t:
+        out.append(
+            f"torch: {t.get('version') or 'not importable'} (CUDA {t.get('cuda') or '-'}; "
+            f"archs {' '.join(t.get('arch_list') or []) or '-'})" + (f" [{t['error']}]" if t.get("error") else "")
+        )
+    for tgt in report["targets"]:
+        out.append(f"{tgt['package']}: {tgt['version']} at {tgt['root']}")
+    fi = report.get("flashinfer") or {}
+    if fi.get("package_dir"):
+        out.append(f"flashinfer: {fi.get('version')} at {fi.get('package_dir')}")
+        for k, v in (fi.get("dist_versions") or {}).items():
+            out.append(f"  {k} {v}")
+    else:
+        out.append(f"flashinfer: not found ({fi.get('error') or 'pass --flashinfer PATH'})")
+    out.append(f"probe level: {report['probe_level']}")
+    out.append("")
+    width = max((len(r["id"]) for r in report["recipes"]), default=10)
+    out.append(f"{'recipe':<{width}}  {'status':<14} {'rung':<8} what to do")
+    for r in report["recipes"]:
+        out.append(f"{r['id']:<{width}}  {r['status']:<14} {r['rung']:<8} {r['advice']}")
+        out.append(f"{'':<{width}}  {r['reason']}")
+    return "\n".join(out)

@@ -1,0 +1,172 @@
+"""Every recipe on every SGLang release it claims, 0.5.5 to 0.5.23, downloaded from PyPI.
+
+Per release, as an unpacked wheel and as a git clone: the status of each recipe;
+the plan's diff applies with `git apply --check` to a pristine copy; after apply
+every patched file compiles and each gate admits major 12 (evaluated on the AST)
+while still refusing what it refused before; a second apply changes nothing;
+rollback leaves the tree byte-identical (git status clean).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sm120patch import engine
+from sm120patch.arch import parse_arch
+from sm120patch.plan import APPLICABLE, APPLIED, NOT_APPLICABLE, SATISFIED
+from sm120patch.recipes import load_recipes
+from sm120patch.targets import discover
+from tests.conftest import fetch_or_skip, pristine_or_skip
+from tests.integration import gates
+from tools.releases import SGLANG_RELEASES
+
+pytestmark = pytest.mark.releases
+
+AR, AT, MOE = "sglang-allreduce-fusion-sm120", "sglang-autotune-flashinfer-cutlass", "sglang-moe-backend-sm120"
+
+
+def _n(v: str) -> int:
+    return int(v.split(".")[2])
+
+
+def expected(version: str) -> dict[str, str]:
+    """Statuses observed on the real releases (see docs/compatibility.md)."""
+    n = _n(version)
+    return {
+        AR: APPLICABLE,
+        AT: NOT_APPLICABLE if n <= 6 else APPLICABLE if n <= 12 else SATISFIED,
+        MOE: APPLICABLE if n <= 12 else SATISFIED,
+    }
+
+
+def expected_ar_edits(version: str) -> dict[str, str]:
+    """Which parts of the allreduce gate each release has, and in what state."""
+    n = _n(version)
+    return {
+        "runtime-check": "changed",
+        "backend-resolver": "changed" if n >= 14 else "missing",
+        # 0.5.5/0.5.6 enable fusion inside an SM100-only block (no `sm90 or sm100` test);
+        # 0.5.7 keyed it on is_blackwell_supported(), which already admits SM12x
+        "server-args-auto-enable": "missing" if n <= 6 else "satisfied" if n == 7 else "changed",
+    }
+
+
+RUNTIME_FNS = {"apply_flashinfer_allreduce_fusion", "flashinfer_ar_fusion_applies", "_gather_hidden_states_and_residual"}
+RESOLVER_FNS = {"_resolve_backend"}
+AUTO_FNS = {"_handle_model_specific_adjustments", "_flashinfer_allreduce_fusion_auto_enable"}
+AUTOTUNE_FNS = {"_should_run_flashinfer_autotune", "should_run_flashinfer_autotune"}
+MOE_FNS = {"_handle_moe_kernel_config", "_moe_runner_backend_quant_constraints"}
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*.py")
+        if ".git" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    return load_recipes()
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
+    tree = fetch_or_skip("sglang", version, tmp_path / "tree")
+    sm120 = parse_arch("sm_120")
+    (target,) = discover(tree)
+    assert target.version == version
+    before = _hashes(tree)
+
+    plans = {p.recipe.id: p for p in engine.make_plan(target, recipes, sm120)}
+    assert {k: p.status for k, p in plans.items()} == expected(version)
+    ar_edits = {e.name: e.outcome for e in plans[AR].edits}
+    assert ar_edits == expected_ar_edits(version)
+    for p in plans.values():
+        if p.status == NOT_APPLICABLE:
+            assert p.reason and not p.changes
+
+    # the dry-run diff applies to a pristine copy, with git's own checker
+    diff = "".join(p.diff() for p in plans.values())
+    pristine = pristine_or_skip("sglang", version)
+    check = subprocess.run(["git", "apply", "--check", "-"], cwd=pristine, input=diff.encode(), capture_output=True)
+    assert check.returncode == 0, check.stderr.decode()
+
+    # the gates shut SM12x out before
+    pkg = target.package_dir
+    runtime_files = [pkg.parent / f for f in plans[AR].edits[0].files] or [
+        pkg.parent / p for p in plans[AR].files if "communicator" in p or "add_norm" in p
+    ]
+    for f in runtime_files:
+        assert gates.chains_admit(f, RUNTIME_FNS, 12) == [False] * len(gates.chains_admit(f, RUNTIME_FNS, 12))
+
+    result = {p.recipe.id: p for p in engine.apply(target, recipes, sm120)}
+    assert {k: p.status for k, p in result.items()} == {
+        k: APPLIED if s == APPLICABLE else s for k, s in expected(version).items()
+    }
+    changed = sorted({rel for p in result.values() for rel in p.files})
+    for rel in changed:
+        compile((tree / rel).read_bytes(), rel, "exec")
+
+    # allreduce: every arch test in the runtime check (and resolver / auto-enable where
+    # present) now holds for major 12, still for 9 and 10, and still not for 8
+    for rel in plans[AR].files:
+        path = tree / rel
+        for fns in (RUNTIME_FNS, RESOLVER_FNS, AUTO_FNS):
+            chains = gates.chains_admit(path, fns, 12)
+            if chains:
+                assert all(chains), f"{rel}: a gate still refuses major 12"
+                assert all(gates.chains_admit(path, fns, 9)) and all(gates.chains_admit(path, fns, 10))
+                assert not any(gates.chains_admit(path, fns, 8))
+        if any(s in rel for s in ("communicator", "add_norm")):
+            assert gates.module_binds(path, "_is_sm120_supported")
+
+    # autotune: the MoE backend list now holds flashinfer_cutlass
+    if expected(version)[AT] != NOT_APPLICABLE:
+        (rel,) = result[AT].files or plans[AT].edits[0].files
+        assert gates.list_holds(tree / rel, AUTOTUNE_FNS, {"flashinfer_trtllm", "flashinfer_mxfp4"}, "flashinfer_cutlass")
+
+    # MoE: modelopt_fp4 on SM12x picks flashinfer_cutlass, never flashinfer_trtllm; SM100 untouched
+    (rel,) = plans[MOE].files or plans[MOE].edits[0].files[:1]
+    path = tree / rel
+    assert gates.moe_rule_picks(path, MOE_FNS, 12, "modelopt_fp4") == "flashinfer_cutlass"
+    assert gates.moe_rule_picks(path, MOE_FNS, 12, "modelopt_fp4", backend="triton") == "triton"
+    assert gates.moe_rule_picks(path, MOE_FNS, 10, "modelopt_fp4") != "flashinfer_cutlass"
+
+    # idempotent: a second apply writes nothing
+    after = _hashes(tree)
+    again = engine.apply(target, recipes, sm120)
+    assert all(p.status in (APPLIED, SATISFIED, NOT_APPLICABLE) for p in again)
+    assert _hashes(tree) == after
+
+    engine.rollback(target, recipes)
+    assert _hashes(tree) == before
+    assert not (tree / ".sm120patch").exists()
+
+
+@pytest.mark.parametrize("version", [SGLANG_RELEASES[0], "0.5.9", "0.5.14", SGLANG_RELEASES[-1]])
+def test_release_git_clone(version: str, tmp_path: Path, recipes) -> None:
+    repo = fetch_or_skip("sglang", version, tmp_path / "repo", layout="git")
+    sm120 = parse_arch("sm_120")
+    (target,) = discover(repo)
+    assert target.is_git and target.root == repo and target.version == version
+    applied = engine.apply(target, recipes, sm120)
+    assert any(p.status == APPLIED for p in applied)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert status and all(line.startswith(" M ") for line in status.splitlines()), status
+    engine.rollback(target, recipes)
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=repo, capture_output=True, text=True)
+    assert status.stdout == ""
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_other_archs_are_not_applicable(arch: str, recipes) -> None:
+    tree = pristine_or_skip("sglang", "0.5.9")
+    (target,) = discover(tree)
+    plans = engine.make_plan(target, recipes, parse_arch(arch))
+    assert plans and all(p.status == NOT_APPLICABLE and arch in p.reason for p in plans)
