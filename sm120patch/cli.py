@@ -327,6 +327,57 @@ def _probe(
     return make_probe(archs, resolve_flashinfer(targets, flashinfer, python), level)
 
 
+@cli.command("probe")
+@click.argument("kernels", nargs=-1, metavar="KERNEL...")
+@_arch_option
+@_probe_options("spec")
+@_json_option
+def probe_cmd(
+    kernels: tuple[str, ...],
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    as_json: bool,
+) -> None:
+    """Climb the probe ladder for kernels (default: every kernel in the catalogue).
+
+    \b
+    sm120patch probe flashinfer:trtllm_comm --arch sm_120
+    sm120patch probe flashinfer:norm --probe run        (on the GPU box)
+    """
+    from sm120patch.kernels import load_kernels
+    from sm120patch.probes import ProbeCache, probe_kernel
+
+    catalogue = load_kernels()
+    names = list(kernels) or sorted(catalogue)
+    unknown = [k for k in names if k not in catalogue]
+    if unknown:
+        raise UserError(f"{', '.join(unknown)}: not in the kernel catalogue; known: {', '.join(sorted(catalogue))}")
+    if level == "none":
+        raise UserError("--probe none probes nothing; pick a rung: static, artifact, spec, build or run")
+    archs, arch_note = resolve_archs(arch)
+    fi = resolve_flashinfer([], flashinfer, python)
+    if not fi.found:
+        raise UserError(f"no FlashInfer to probe ({fi.error}); pass --flashinfer PATH or --python EXE")
+    cache = ProbeCache()
+    verdicts = [probe_kernel(k, a, fi, level, cache) for k in names for a in archs]
+    if as_json:
+        _emit_json(
+            {
+                "flashinfer": fi.to_dict(),
+                "archs": [a.name for a in archs],
+                "level": level,
+                "verdicts": [v.to_dict() for v in verdicts],
+            }
+        )
+    else:
+        click.echo(f"FlashInfer {fi.version} at {fi.location}; {', '.join(a.name for a in archs)} ({arch_note})")
+        for v in verdicts:
+            click.echo(f"  {v.result:<8} {v.kernel:<36} {v.arch:<7} {v.rung:<9} {v.elapsed_s:6.2f}s  {v.reason}")
+    sys.exit(EXIT_OK if all(v.result == "pass" for v in verdicts) else EXIT_FAILED)
+
+
 @cli.command("preflight")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package.")
