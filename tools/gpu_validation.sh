@@ -11,7 +11,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site:$PWD
 fi
 SM="python3 -m sm120patch"
-step() { echo; echo "### $*"; local t0=$(date +%s.%N); "$@"; local rc=$?; echo "### rc=$rc elapsed=$(echo "$(date +%s.%N) - $t0" | bc)s"; }
+step() {
+  echo; echo "### $*"; local t0; t0=$(date +%s%N); "$@"; local rc=$?
+  echo "### rc=$rc elapsed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
+}
 {
   step nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv
   step nvcc --version
