@@ -1,0 +1,391 @@
+"""The `sm120patch` command: help, JSON shapes, exit codes and one-line errors.
+
+Most tests call `sm120patch.cli.main` in-process (the real entry point, with its
+error handling); a few run `python -m sm120patch` to see exactly what a shell sees.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from sm120patch import cli as cli_mod
+from sm120patch.cli import cli, main
+from tests.unit.sglang_fakes import (
+    ALL_IDS,
+    ALLREDUCE,
+    COMMUNICATOR_REL,
+    GIT_ENV,
+    MOE,
+    SERVER_ARGS_REL,
+    git,
+    make_clone,
+    make_sglang,
+    snapshot,
+)
+
+CORE_COMMANDS = {"recipes", "plan", "apply", "rollback", "status", "clone"}
+# plan/apply default to probing FlashInfer and to the GPUs present; unit tests pin both
+NO_PROBE = ("--probe", "none", "--arch", "sm_120")
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SM120PATCH_DEBUG", raising=False)
+    monkeypatch.delenv("SM120PATCH_RECIPES", raising=False)
+
+
+class Run:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def sm(capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+    def run(*args: str) -> Run:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ei:
+            main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        code = ei.value.code
+        return Run(code if isinstance(code, int) else (0 if code is None else 1), out, err)
+
+    return run
+
+
+def assert_one_line_error(r: Run, code: int = 2, fragment: str = "") -> None:
+    assert r.code == code, (r.code, r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("sm120patch: error: "), r.err
+    assert "Traceback" not in r.err and fragment in lines[0], r.err
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    root = tmp_path / "site-packages"
+    make_sglang(root)
+    return root
+
+
+# --- help and catalogue ------------------------------------------------------------------------------------
+
+
+def test_help_for_every_command(sm) -> None:  # noqa: ANN001
+    assert set(cli.commands) >= CORE_COMMANDS
+    top = sm("--help")
+    assert top.code == 0 and "Usage: sm120patch" in top.out and "Exit codes" in top.out
+    for name in sorted(cli.commands):
+        r = sm(name, "--help")
+        assert r.code == 0 and f"Usage: sm120patch {name}" in r.out, name
+        assert r.err == ""
+    assert sm("-h").code == 0
+
+
+def test_version(sm) -> None:  # noqa: ANN001
+    from sm120patch import __version__
+
+    r = sm("--version")
+    assert r.code == 0 and __version__ in r.out
+
+
+def test_recipes_json_shape(sm) -> None:  # noqa: ANN001
+    r = sm("recipes", "--json")
+    assert r.code == 0
+    data = r.json()
+    assert set(data) == {"recipes"}
+    assert {x["id"] for x in data["recipes"]} == set(ALL_IDS)
+    for x in data["recipes"]:
+        assert {
+            "id",
+            "package",
+            "title",
+            "why",
+            "versions",
+            "arch",
+            "needs",
+            "crash_signatures",
+            "advice",
+            "edits",
+            "path",
+            "sha256",
+        } <= set(x)
+        assert x["package"] == "sglang" and x["arch"] == ["sm_120", "sm_121"] and x["versions"] == ">=0.5.5"
+        assert isinstance(x["edits"], list) and x["edits"]
+
+
+def test_recipes_text(sm) -> None:  # noqa: ANN001
+    r = sm("recipes")
+    assert r.code == 0
+    for rid in ALL_IDS:
+        assert rid in r.out
+    assert "needs: flashinfer:trtllm_comm" in r.out
+
+
+def test_bad_recipe_folder_is_exit_2(sm, tmp_path: Path) -> None:  # noqa: ANN001
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "x.toml").write_text("id = 1\n")
+    assert_one_line_error(sm("recipes", "--recipes", tmp_path), fragment="x.toml")
+    assert_one_line_error(sm("recipes", "--recipes", tmp_path / "nope"), fragment="recipe folder not found")
+
+
+# --- plan ----------------------------------------------------------------------------------------------------------
+
+
+def test_plan_json_shape(sm, site: Path) -> None:  # noqa: ANN001
+    r = sm("plan", *NO_PROBE, "--json", site)
+    assert r.code == 0, r.err
+    data = r.json()
+    assert set(data) == {"arch", "targets", "recipes"}
+    assert data["arch"] == "sm_120"
+    (t,) = data["targets"]
+    assert {"package", "version", "root"} <= set(t)
+    assert (t["package"], t["version"], t["root"]) == ("sglang", "0.5.9", str(site.resolve()))
+    assert [x["id"] for x in data["recipes"]] == list(ALL_IDS)
+    for x in data["recipes"]:
+        assert {"id", "package", "status", "reason", "files", "diff"} <= set(x)
+        assert x["status"] == "applicable" and x["package"] == "sglang"
+        assert x["files"] and all(f"+++ b/{f}" in x["diff"] for f in x["files"])
+    assert not (site / ".sm120patch").exists()
+
+
+def test_plan_text_and_no_diff(sm, site: Path) -> None:  # noqa: ANN001
+    r = sm("plan", *NO_PROBE, site)
+    assert r.code == 0
+    assert "sglang 0.5.9 at" in r.out and "applicable" in r.out and "+++ b/sglang/srt/server_args.py" in r.out
+    assert "\x1b[" not in r.out  # not a terminal: no colours
+    quiet = sm("plan", *NO_PROBE, "--no-diff", site)
+    assert quiet.code == 0 and "+++" not in quiet.out and ALLREDUCE in quiet.out
+
+
+@pytest.mark.parametrize(("arch", "name"), [("12.1", "sm_121"), ("sm120", "sm_120"), ("sm_90", "sm_90")])
+def test_plan_arch_spellings(sm, site: Path, arch: str, name: str) -> None:  # noqa: ANN001
+    r = sm("plan", "--probe", "none", "--json", "--arch", arch, site)
+    assert r.code == 0 and r.json()["arch"] == name
+    statuses = {x["status"] for x in r.json()["recipes"]}
+    assert statuses == ({"not-applicable"} if name == "sm_90" else {"applicable"})
+
+
+def test_plan_failed_recipe_is_exit_1(sm, site: Path) -> None:  # noqa: ANN001
+    p = site / SERVER_ARGS_REL
+    text = p.read_text()
+    start = text.index("    def _handle_moe_kernel_config")
+    p.write_text(text[:start] + "    def _handle_moe_kernel_config(self): pass\n")
+    r = sm("plan", *NO_PROBE, "--json", site)
+    assert r.code == 1
+    assert {x["id"]: x["status"] for x in r.json()["recipes"]}[MOE] == "failed"
+
+
+def test_plan_every_arch_must_be_covered(sm, site: Path) -> None:  # noqa: ANN001
+    both = sm("plan", "--probe", "none", "--json", "--arch", "sm_121", "--arch", "sm_120", site).json()
+    assert both["arch"] == "sm_120,sm_121" and {x["status"] for x in both["recipes"]} == {"applicable"}
+    mixed = sm("plan", "--probe", "none", "--json", "--arch", "sm_90", "--arch", "sm_120", site)
+    assert mixed.code == 0
+    for x in mixed.json()["recipes"]:
+        assert x["status"] == "not-applicable" and "not sm_90" in x["reason"]
+
+
+@pytest.fixture
+def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe that finds no kernels for the allreduce recipe, without looking for a FlashInfer."""
+    from sm120patch.engine import ProbeFailure
+
+    def make_probe(archs, fi, level):  # noqa: ANN001, ANN202
+        def probe(recipe):  # noqa: ANN001, ANN202
+            if recipe.id == ALLREDUCE:
+                return ProbeFailure("trtllm_comm missing for sm_120", "static", [{"result": "fail"}])
+            return None
+
+        return probe
+
+    monkeypatch.setattr(cli_mod, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(cli_mod, "make_probe", make_probe)
+
+
+@pytest.mark.usefixtures("failing_probe")
+def test_blocked_plan_and_reverted_apply_are_exit_1(sm, site: Path) -> None:  # noqa: ANN001
+    pristine = snapshot(site)
+    r = sm("plan", "--arch", "sm_120", "--probe", "static", "--json", site)
+    assert r.code == 1
+    by_id = {x["id"]: x for x in r.json()["recipes"]}
+    assert by_id[ALLREDUCE]["status"] == "blocked" and "trtllm_comm missing" in by_id[ALLREDUCE]["reason"]
+    assert by_id[MOE]["status"] == "applicable"
+    assert snapshot(site) == pristine
+    r = sm("apply", "--arch", "sm_120", "--probe", "static", "--json", site)
+    assert r.code == 1
+    by_id = {x["id"]: x for x in r.json()["recipes"]}
+    assert by_id[ALLREDUCE]["status"] == "reverted" and by_id[MOE]["status"] == "applied"
+    assert snapshot(site)[COMMUNICATOR_REL] == pristine[COMMUNICATOR_REL]
+
+
+def test_apply_commit_on_a_clone(sm, tmp_path: Path) -> None:  # noqa: ANN001
+    root = make_clone(tmp_path / "sglang")
+    r = sm("apply", *NO_PROBE, "--arch", "sm_121", "--commit", "--no-diff", root)
+    assert r.code == 0, r.err
+    assert git(root, "rev-parse", "--abbrev-ref", "HEAD").strip() == "sm120patch/sm_120+sm_121"
+    assert len(git(root, "log", "--format=%s", "main..HEAD").splitlines()) == len(ALL_IDS)
+    assert git(root, "status", "--porcelain") == ""
+
+
+# --- exit 2 and one-line errors ---------------------------------------------------------------------------------
+
+
+def test_bad_path_is_one_line_exit_2(sm, tmp_path: Path) -> None:  # noqa: ANN001
+    assert_one_line_error(sm("plan", tmp_path / "nope"), fragment="no such file or folder")
+    assert_one_line_error(sm("plan", tmp_path), fragment="holds no")
+    f = tmp_path / "f.txt"
+    f.write_text("x")
+    assert_one_line_error(sm("apply", f), fragment="is a file")
+    assert_one_line_error(sm("status", tmp_path / "nope"))
+    assert_one_line_error(sm("rollback", tmp_path / "nope"))
+
+
+def test_usage_errors_are_exit_2(sm, site: Path) -> None:  # noqa: ANN001
+    assert_one_line_error(sm("plan", "--arch", "sm_999x", site), fragment="--arch 'sm_999x'")
+    assert_one_line_error(sm("plan"), fragment="missing PATH")
+    assert_one_line_error(sm("plan", "--installed", site), fragment="not both")
+    assert_one_line_error(sm("apply", "--recipe", "no-such-recipe", site), fragment="no such recipe")
+    assert not (site / ".sm120patch").exists()
+    r = sm("plan", "--frobnicate", site)  # click's own usage error
+    assert r.code == 2 and "No such option" in r.err and "Traceback" not in r.err
+    assert sm("no-such-command").code == 2
+
+
+def test_subprocess_bad_path_and_arch(site: Path, tmp_path: Path) -> None:
+    for args, fragment in (
+        (["plan", str(tmp_path / "nope")], "no such file or folder"),
+        (["plan", "--arch", "sm_999x", str(site)], "not an architecture"),
+    ):
+        r = subprocess.run([sys.executable, "-m", "sm120patch", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("sm120patch: error: ") and fragment in r.stderr
+
+
+def test_internal_error_is_exit_3_without_traceback(sm, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    def boom(*a: object, **k: object) -> None:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(cli_mod, "load_recipes", boom)
+    r = sm("plan", *NO_PROBE, site)
+    assert r.code == 3 and "internal error: RuntimeError: kaboom" in r.err and "Traceback" not in r.err
+    monkeypatch.setenv("SM120PATCH_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="kaboom"):
+        main(["plan", str(site)])
+
+
+def test_interrupt_is_130(sm, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    def interrupt(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_mod, "load_recipes", interrupt)
+    r = sm("plan", *NO_PROBE, site)
+    assert r.code == 130 and "interrupted" in r.err
+
+
+# --- apply / status / rollback --------------------------------------------------------------------------------------
+
+
+def test_apply_status_rollback_round_trip(sm, site: Path) -> None:  # noqa: ANN001
+    pristine = snapshot(site)
+    r = sm("apply", *NO_PROBE, "--json", site)
+    assert r.code == 0, r.err
+    assert {x["id"]: x["status"] for x in r.json()["recipes"]} == dict.fromkeys(ALL_IDS, "applied")
+    st = sm("status", "--json", site)
+    assert st.code == 0
+    (t,) = st.json()["targets"]
+    assert [a["id"] for a in t["applied"]] == list(ALL_IDS) and t["interrupted"] == []
+    assert all(f["state"] == "as-applied" for f in t["files"])
+    assert "applied" in sm("plan", *NO_PROBE, "--no-diff", site).out
+    # a file edited after apply: status says so with exit 1, rollback refuses with exit 2
+    p = site / SERVER_ARGS_REL
+    p.write_bytes(p.read_bytes() + b"# mine\n")
+    st = sm("status", site)
+    assert st.code == 1 and "changed-since-apply" in st.out
+    assert_one_line_error(sm("rollback", site), fragment="--force")
+    r = sm("rollback", "--force", "--json", site)
+    assert r.code == 0
+    (res,) = r.json()["targets"]
+    assert res["rolled_back"] == list(ALL_IDS) and len(res["kept_copies"]) == 1
+    assert snapshot(site) == pristine
+    nothing = sm("rollback", site)
+    assert nothing.code == 0 and "nothing to roll back" in nothing.out
+
+
+def test_rollback_one_recipe_text(sm, site: Path) -> None:  # noqa: ANN001
+    assert sm("apply", *NO_PROBE, "--no-diff", site).code == 0
+    r = sm("rollback", "--recipe", ALLREDUCE, site)
+    assert r.code == 0 and f"rolled back     {ALLREDUCE}" in r.out and "still applied:" in r.out
+    assert_one_line_error(sm("rollback", "--recipe", ALLREDUCE, site), fragment="not applied here")
+
+
+# --- clone ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> tuple[Path, str]:
+    """A bare repository holding an SGLang-shaped commit tagged v0.5.9 and one newer commit."""
+    work = make_clone(tmp_path / "work", tag="v0.5.9")
+    tagged = git(work, "rev-parse", "HEAD").strip()
+    (work / "python" / "sglang" / "version.py").write_text('__version__ = "0.6.0.dev0"\n')
+    git(work, "commit", "-q", "-am", "bump")
+    bare = tmp_path / "sglang.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(work, "push", "-q", str(bare), "main", "--tags")
+    git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+    return bare, tagged
+
+
+def test_clone_url_at_tag(sm, bare: tuple[Path, str], tmp_path: Path) -> None:  # noqa: ANN001
+    url, tagged = bare
+    dest = tmp_path / "dest"
+    r = sm("clone", "--json", f"{url}@v0.5.9", dest)
+    assert r.code == 0, r.err
+    info = r.json()
+    assert info == {"url": str(url), "ref": "v0.5.9", "dest": str(dest), "commit": tagged}
+    plan = sm("plan", *NO_PROBE, "--json", "--no-diff", dest).json()
+    assert plan["targets"][0]["version"] == "0.5.9" and plan["targets"][0]["git"] is True
+    # without a ref: the default branch's newest commit
+    r = sm("clone", url, tmp_path / "head")
+    assert r.code == 0 and "default branch" in r.out and f"sm120patch plan {tmp_path / 'head'}" in r.out
+    assert (tmp_path / "head" / "python" / "sglang" / "version.py").read_text() == '__version__ = "0.6.0.dev0"\n'
+
+
+def test_clone_errors(sm, bare: tuple[Path, str], tmp_path: Path) -> None:  # noqa: ANN001
+    url, _ = bare
+    assert_one_line_error(sm("clone", f"{url}@v9.9.9", tmp_path / "a"), fragment="git clone/checkout failed")
+    assert_one_line_error(sm("clone", tmp_path / "nothing-here.git", tmp_path / "b"), fragment="check the URL")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    assert_one_line_error(sm("clone", url, full), fragment="not empty")
+
+
+@pytest.mark.parametrize(
+    ("source", "split"),
+    [
+        ("https://github.com/sgl-project/sglang@v0.5.9", ("https://github.com/sgl-project/sglang", "v0.5.9")),
+        ("git@github.com:sgl-project/sglang.git", ("git@github.com:sgl-project/sglang.git", None)),
+        ("git@github.com:sgl-project/sglang.git@main", ("git@github.com:sgl-project/sglang.git", "main")),
+        ("/srv/repos/sglang.git@abc123", ("/srv/repos/sglang.git", "abc123")),
+        ("/srv/repos/sglang.git", ("/srv/repos/sglang.git", None)),
+    ],
+)
+def test_split_ref(source: str, split: tuple[str, str | None]) -> None:
+    from sm120patch.gitops import split_ref
+
+    assert split_ref(source) == split
+
+
+def test_cli_is_a_click_group() -> None:
+    assert isinstance(cli, click.Group)
