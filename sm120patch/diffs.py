@@ -9,7 +9,7 @@ NO_EOL = "\\ No newline at end of file\n"
 
 def unified(rel: str, before: str, after: str) -> str:
     """A git-style diff of one file; difflib alone drops the no-final-newline marker."""
-    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    a, b = _lines(before), _lines(after)
     out = [f"diff --git a/{rel} b/{rel}\n"]
     for line in difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", n=3):
         if line.endswith("\n"):
@@ -17,6 +17,15 @@ def unified(rel: str, before: str, after: str) -> str:
         else:  # the last line of a file that has no final newline
             out.append(line + "\n" + NO_EOL)
     return "".join(out) if len(out) > 1 else ""
+
+
+def _lines(text: str) -> list[str]:
+    """Split at \n only, as git does: str.splitlines() also breaks at \f, \x1c, \u2028..."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
 
 
 def colour(diff: str) -> str:

@@ -104,8 +104,13 @@ def default_recipe_dir() -> Path:
     return Path(str(resources.files("sm120patch") / "patches"))
 
 
+def _one_line(text: str) -> str:
+    """Names from a recipe may hold newlines (quoted TOML keys); an error stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _fail(path: Path, key: str, problem: str, fix: str) -> RecipeError:
-    return RecipeError(f"{path}: {key}: {problem}; {fix}")
+    return RecipeError(_one_line(f"{path}: {key}: {problem}; {fix}"))
 
 
 def _check_type(path: Path, key: str, value: Any, want: type | tuple[type, ...]) -> None:
@@ -174,7 +179,11 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
     else:
         rel = _safe_hint(path, f"{key}.diff", diff)
         diff_path = path.parent / rel
-        if not diff_path.is_file():
+        try:
+            exists = diff_path.is_file()
+        except OSError:  # e.g. a name longer than the filesystem allows
+            exists = False
+        if not exists:
             raise _fail(
                 path, f"{key}.diff", f"{rel} does not exist next to the recipe", "add the diff file or fix the name"
             )
@@ -192,7 +201,9 @@ def load_recipe(path: Path) -> Recipe:
     except UnicodeDecodeError:
         raise RecipeError(f"{path}: not UTF-8; save the recipe as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{path}: invalid TOML ({e}); fix the syntax") from None
+        raise RecipeError(f"{path}: invalid TOML ({_one_line(str(e))}); fix the syntax") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: nested too deeply to be a recipe; fix the TOML") from None
     for k, v in data.items():
         if k not in _RECIPE_KEYS:
             raise _fail(path, k, "unknown key", f"use one of {', '.join(_RECIPE_KEYS)}")

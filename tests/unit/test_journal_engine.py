@@ -590,11 +590,6 @@ def test_unified_round_trips_through_git_apply(tmp_path: Path, before: str, afte
     assert unified("f.py", after, after) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: diffs.unified splits with str.splitlines(), which also breaks at "
-    "\\x0c, \\x1c-\\x1e, \\x85, \\u2028/9; the diff then does not git-apply",
-)
 @pytest.mark.parametrize("odd", ["\x0c", "\u2028"])
 def test_unified_with_form_feed_or_line_separator(tmp_path: Path, odd: str) -> None:
     before = f"a = 1\n{odd}\ns = '{odd}'\nb = 2\n"

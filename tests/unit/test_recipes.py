@@ -222,29 +222,14 @@ def test_load_recipes_folder_rules(tmp_path: Path) -> None:
     assert "package" in str(ei.value) and "flashinfer/" in str(ei.value) and "\n" not in str(ei.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a diff name longer than NAME_MAX makes Path.is_file() raise "
-    "OSError(ENAMETOOLONG), which escapes load_recipe instead of a RecipeError",
-)
 def test_overlong_diff_name_is_a_recipe_error(tmp_path: Path) -> None:
     expect_error(write(tmp_path, GOOD.split("[[edit]]")[0] + f'[[edit]]\ndiff = "{"a" * 300}.diff"\n'), "edit[0].diff")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: tomllib recurses per nesting level; a deeply nested array raises "
-    "RecursionError, which load_recipe does not turn into a RecipeError",
-)
 def test_deeply_nested_toml_is_a_recipe_error(tmp_path: Path) -> None:
     expect_error(write(tmp_path, GOOD + "x = " + "[" * 5000 + "]" * 5000 + "\n"), "TOML")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: unknown key names, unknown param names and diff names are "
-    "interpolated raw, so a quoted key holding a newline gives a 2-line error",
-)
 @pytest.mark.parametrize(
     "text",
     [
