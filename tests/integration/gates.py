@@ -110,8 +110,10 @@ def moe_rule_picks(path: Path, names: set[str], major: int, quantization: str, b
                 if isinstance(inner, ast.Assign):
                     value = eval_expr(inner.value, major, **local)
                     for t in inner.targets:
-                        if isinstance(t, ast.Attribute) and t.attr == "moe_runner_backend" or (
-                            isinstance(t, ast.Name) and t.id == "moe_runner_backend"
+                        if (
+                            isinstance(t, ast.Attribute)
+                            and t.attr == "moe_runner_backend"
+                            or (isinstance(t, ast.Name) and t.id == "moe_runner_backend")
                         ):
                             args.moe_runner_backend = local["moe_runner_backend"] = value
     return args.moe_runner_backend

@@ -55,7 +55,11 @@ def expected_ar_edits(version: str) -> dict[str, str]:
     }
 
 
-RUNTIME_FNS = {"apply_flashinfer_allreduce_fusion", "flashinfer_ar_fusion_applies", "_gather_hidden_states_and_residual"}
+RUNTIME_FNS = {
+    "apply_flashinfer_allreduce_fusion",
+    "flashinfer_ar_fusion_applies",
+    "_gather_hidden_states_and_residual",
+}
 RESOLVER_FNS = {"_resolve_backend"}
 AUTO_FNS = {"_handle_model_specific_adjustments", "_flashinfer_allreduce_fusion_auto_enable"}
 AUTOTUNE_FNS = {"_should_run_flashinfer_autotune", "should_run_flashinfer_autotune"}
@@ -129,7 +133,9 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     # autotune: the MoE backend list now holds flashinfer_cutlass
     if expected(version)[AT] != NOT_APPLICABLE:
         (rel,) = result[AT].files or plans[AT].edits[0].files
-        assert gates.list_holds(tree / rel, AUTOTUNE_FNS, {"flashinfer_trtllm", "flashinfer_mxfp4"}, "flashinfer_cutlass")
+        assert gates.list_holds(
+            tree / rel, AUTOTUNE_FNS, {"flashinfer_trtllm", "flashinfer_mxfp4"}, "flashinfer_cutlass"
+        )
 
     # MoE: modelopt_fp4 on SM12x picks flashinfer_cutlass, never flashinfer_trtllm; SM100 untouched
     (rel,) = plans[MOE].files or plans[MOE].edits[0].files[:1]
