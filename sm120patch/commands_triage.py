@@ -24,7 +24,7 @@ AppliedFn = Callable[[Path], set[str]]
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"sm120patch: error: {message}", err=True)
     sys.exit(EXIT_USAGE)
 
 

@@ -320,7 +320,7 @@ def test_cli_target_that_is_not_a_package_tree_is_usage_error(tmp_path: Path) ->
     empty = tmp_path / "empty"
     empty.mkdir()
     res = CliRunner().invoke(diagnose_cmd, [str(log), "--target", str(empty)])
-    assert res.exit_code == 2 and res.output.startswith("error: ")
+    assert res.exit_code == 2 and res.output.startswith("sm120patch: error: ")
 
 
 def test_recipe_advice_is_one_line_in_notes() -> None:
