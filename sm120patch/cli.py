@@ -58,6 +58,7 @@ def _probe_options(default: str) -> Any:
     def deco(f: Any) -> Any:
         f = click.option(
             "--probe",
+            "--probe-level",
             "level",
             type=click.Choice(PROBE_LEVELS),
             default=default,
