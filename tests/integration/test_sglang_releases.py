@@ -155,7 +155,7 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     assert not (tree / ".sm120patch").exists()
 
 
-@pytest.mark.parametrize("version", [SGLANG_RELEASES[0], "0.5.9", "0.5.14", SGLANG_RELEASES[-1]])
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
 def test_release_git_clone(version: str, tmp_path: Path, recipes) -> None:
     repo = fetch_or_skip("sglang", version, tmp_path / "repo", layout="git")
     sm120 = parse_arch("sm_120")
@@ -176,3 +176,12 @@ def test_other_archs_are_not_applicable(arch: str, recipes) -> None:
     (target,) = discover(tree)
     plans = engine.make_plan(target, recipes, parse_arch(arch))
     assert plans and all(p.status == NOT_APPLICABLE and arch in p.reason for p in plans)
+
+
+def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
+    """DGX Spark (SM121): SGLang's is_sm120_supported() is major 12, so the same edits serve it."""
+    tree = pristine_or_skip("sglang", "0.5.9")
+    (target,) = discover(tree)
+    a = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))}
+    b = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))}
+    assert a == b and {s for s, _ in a.values()} == {APPLICABLE}
