@@ -5,8 +5,9 @@ from __future__ import annotations
 from sm120patch.transforms.add_list_item import AddListItem
 from sm120patch.transforms.base import FileOutcome, Transform
 from sm120patch.transforms.insert_rule import InsertRule
+from sm120patch.transforms.narrow_arch_test import NarrowArchTest
 from sm120patch.transforms.widen_arch_test import WidenArchTest
 
-TRANSFORMS: dict[str, type[Transform]] = {t.NAME: t for t in (WidenArchTest, AddListItem, InsertRule)}
+TRANSFORMS: dict[str, type[Transform]] = {t.NAME: t for t in (WidenArchTest, NarrowArchTest, AddListItem, InsertRule)}
 
 __all__ = ["TRANSFORMS", "FileOutcome", "Transform"]

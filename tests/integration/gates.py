@@ -129,3 +129,21 @@ def list_holds(path: Path, names: set[str], anchors: set[str], item: str) -> boo
                 if anchors <= values:
                     return item in values
     raise AssertionError(f"no list holding {anchors} in {names} of {path}")
+
+
+def if_tests_admit(path: Path, names: set[str], near: str, major: int, **values: Any) -> list[bool]:
+    """Each `if`/`elif` test in the named functions that mentions `near` and an arch predicate,
+    evaluated for this major (other names from `values`)."""
+    tree = ast.parse(path.read_bytes())
+    out = []
+    for fn in functions(tree, names):
+        for n in ast.walk(fn):
+            if isinstance(n, ast.If) and near in ast.unparse(n.test):
+                has_pred = any(
+                    predicate_token(ast.unparse(x).replace("()", "").split(".")[-1])
+                    for x in ast.walk(n.test)
+                    if isinstance(x, (ast.Name, ast.Attribute, ast.Call))
+                )
+                if has_pred:
+                    out.append(bool(eval_expr(n.test, major, **values)))
+    return out

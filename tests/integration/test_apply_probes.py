@@ -49,7 +49,11 @@ def test_old_flashinfer_reverts_allreduce_keeps_autotune(tmp_path: Path) -> None
     assert _digest(communicator) == before  # the gate is shut again, byte for byte
 
     st = json.loads(_run("status", str(tree), "--json").stdout)["targets"][0]
-    assert sorted(a["id"] for a in st["applied"]) == ["sglang-autotune-flashinfer-cutlass", "sglang-moe-backend-sm120"]
+    assert sorted(a["id"] for a in st["applied"]) == [
+        "sglang-autotune-flashinfer-cutlass",
+        "sglang-gptoss-mxfp4-sm120",
+        "sglang-moe-backend-sm120",
+    ]
 
     # plan with the same FlashInfer says `blocked` up front
     r = _run("plan", str(tree), "--arch", "sm_120", "--flashinfer", str(fi), "--json")
@@ -76,9 +80,11 @@ def test_mixed_gpus_must_all_pass(tmp_path: Path) -> None:
 
 
 def test_no_flashinfer_found_keeps_gates_shut(tmp_path: Path) -> None:
-    """No FlashInfer to probe is not a pass: every recipe that needs kernels is reverted."""
+    """No FlashInfer to probe is not a pass: every recipe that needs kernels is reverted; the
+    GPT-OSS recipe, which only routes SM12x away from SM100-only kernels, needs none and stays."""
     tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "site")
-    before = {p: _digest(p) for p in tree.rglob("*.py")}
+    gpt = tree / "sglang/srt/server_args.py"
+    before = {p: _digest(p) for p in tree.rglob("*.py") if p != gpt}
     empty = tmp_path / "nothing"
     empty.mkdir()
     r = subprocess.run(
@@ -89,7 +95,9 @@ def test_no_flashinfer_found_keeps_gates_shut(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(empty)},
         cwd=empty,
     )
-    # this interpreter has no flashinfer installed: every recipe is reverted, the tree is as it was
+    # this interpreter has no flashinfer installed: what needs kernels is reverted
     assert r.returncode == 1, r.stderr
-    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} == {"reverted"}
-    assert {p: _digest(p) for p in tree.rglob("*.py")} == before
+    status = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert status.pop("sglang-gptoss-mxfp4-sm120") == "applied"
+    assert set(status.values()) == {"reverted"}
+    assert {p: _digest(p) for p in tree.rglob("*.py") if p != gpt} == before

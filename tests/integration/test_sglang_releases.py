@@ -27,6 +27,7 @@ from tools.releases import SGLANG_RELEASES
 pytestmark = pytest.mark.releases
 
 AR, AT, MOE = "sglang-allreduce-fusion-sm120", "sglang-autotune-flashinfer-cutlass", "sglang-moe-backend-sm120"
+GPT = "sglang-gptoss-mxfp4-sm120"
 
 
 def _n(v: str) -> int:
@@ -40,6 +41,7 @@ def expected(version: str) -> dict[str, str]:
         AR: APPLICABLE,
         AT: NOT_APPLICABLE if n <= 6 else APPLICABLE if n <= 12 else SATISFIED,
         MOE: APPLICABLE if n <= 12 else SATISFIED,
+        GPT: APPLICABLE if n <= 9 else SATISFIED,
     }
 
 
@@ -64,6 +66,7 @@ RESOLVER_FNS = {"_resolve_backend"}
 AUTO_FNS = {"_handle_model_specific_adjustments", "_flashinfer_allreduce_fusion_auto_enable"}
 AUTOTUNE_FNS = {"_should_run_flashinfer_autotune", "should_run_flashinfer_autotune"}
 MOE_FNS = {"_handle_moe_kernel_config", "_moe_runner_backend_quant_constraints"}
+GPT_FNS = {"_handle_model_specific_adjustments", "_gpt_oss_overrides"}
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -143,6 +146,13 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     assert gates.moe_rule_picks(path, MOE_FNS, 12, "modelopt_fp4") == "flashinfer_cutlass"
     assert gates.moe_rule_picks(path, MOE_FNS, 12, "modelopt_fp4", backend="triton") == "triton"
     assert gates.moe_rule_picks(path, MOE_FNS, 10, "modelopt_fp4") != "flashinfer_cutlass"
+
+    # GPT-OSS MXFP4: the flashinfer_mxfp4 test no longer admits SM12x, still admits SM100
+    (rel,) = result[GPT].files or plans[GPT].edits[0].files[:1]
+    mx = {"is_mxfp4_quant_format": True}
+    assert gates.if_tests_admit(tree / rel, GPT_FNS, "mxfp4", 10, **mx)[0] is True
+    sm12x = gates.if_tests_admit(tree / rel, GPT_FNS, "mxfp4", 12, **mx)
+    assert sm12x[0] is False  # the first MXFP4 test, the one that picks flashinfer_mxfp4 up to 0.5.9
 
     # idempotent: a second apply writes nothing
     after = _hashes(tree)

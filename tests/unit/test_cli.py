@@ -30,6 +30,21 @@ from tests.unit.sglang_fakes import (
     snapshot,
 )
 
+
+@pytest.fixture(autouse=True)
+def _fake_shaped_catalogue(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake tree is shaped for these recipes; the rest of the catalogue is tested on real releases."""
+    from shutil import copy
+
+    from sm120patch.recipes import default_recipe_dir
+
+    root = tmp_path_factory.mktemp("recipes")
+    (root / "sglang").mkdir()
+    for rid in ALL_IDS:
+        copy(default_recipe_dir() / "sglang" / f"{rid}.toml", root / "sglang")
+    monkeypatch.setenv("SM120PATCH_RECIPES", str(root))
+
+
 CORE_COMMANDS = {"recipes", "plan", "apply", "rollback", "status", "clone"}
 # plan/apply default to probing FlashInfer and to the GPUs present; unit tests pin both
 NO_PROBE = ("--probe", "none", "--arch", "sm_120")

@@ -16,7 +16,12 @@ from sm120patch.errors import RecipeError, UserError
 from sm120patch.recipes import Recipe, default_recipe_dir, load_recipe, load_recipes
 from sm120patch.transforms import TRANSFORMS
 
-CATALOGUE_IDS = {"sglang-allreduce-fusion-sm120", "sglang-autotune-flashinfer-cutlass", "sglang-moe-backend-sm120"}
+CATALOGUE_IDS = {
+    "sglang-allreduce-fusion-sm120",
+    "sglang-autotune-flashinfer-cutlass",
+    "sglang-gptoss-mxfp4-sm120",
+    "sglang-moe-backend-sm120",
+}
 
 GOOD = """\
 id = "r"

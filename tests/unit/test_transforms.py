@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sm120patch.transforms import TRANSFORMS, FileOutcome
 from sm120patch.transforms.add_list_item import AddListItem
 from sm120patch.transforms.insert_rule import InsertRule
+from sm120patch.transforms.narrow_arch_test import NarrowArchTest
 from sm120patch.transforms.widen_arch_test import WidenArchTest
 
 WIDEN = {"has": ["sm90", "sm100"], "add": "sm120", "import_from": "sglang.srt.utils"}
@@ -75,7 +76,12 @@ def assert_untouched(cls: type, params: dict[str, Any], functions: list[str], co
 
 
 def test_registry_names_every_transform() -> None:
-    expected = {"widen-arch-test": WidenArchTest, "add-list-item": AddListItem, "insert-rule": InsertRule}
+    expected = {
+        "widen-arch-test": WidenArchTest,
+        "narrow-arch-test": NarrowArchTest,
+        "add-list-item": AddListItem,
+        "insert-rule": InsertRule,
+    }
     assert expected == TRANSFORMS
     for cls in TRANSFORMS.values():
         assert cls.DESCRIPTION and cls.PARAMS_HELP and "\n" not in cls.PARAMS_HELP
@@ -959,3 +965,64 @@ def test_insert_rule_check_params(change: dict[str, Any], fragment: str) -> None
     problem = InsertRule.check_params({**RULE, **change}, ["f"])
     assert problem is not None and fragment in problem
     assert "'functions'" in (InsertRule.check_params(RULE, []) or "")
+
+
+# --- narrow-arch-test -----------------------------------------------------------------------
+
+NARROW = {"drop": "blackwell", "keep": "sm100", "near": "mxfp4", "import_from": "sglang.srt.utils"}
+
+NARROW_BEFORE = """\
+from sglang.srt.utils import is_blackwell_supported, is_cuda
+
+
+class ServerArgs:
+    def _handle_model_specific_adjustments(self):
+        if is_blackwell_supported():
+            self.enable_flashinfer_allreduce_fusion = True
+        if self.moe_runner_backend == "auto":
+            if is_blackwell_supported() and is_mxfp4_quant_format:
+                self.moe_runner_backend = "flashinfer_mxfp4"
+            elif self.ep_size == 1:
+                self.moe_runner_backend = "triton_kernel"
+"""
+
+NARROW_AFTER = """\
+from sglang.srt.utils import is_blackwell_supported, is_sm100_supported, is_cuda
+
+
+class ServerArgs:
+    def _handle_model_specific_adjustments(self):
+        if is_blackwell_supported():
+            self.enable_flashinfer_allreduce_fusion = True
+        if self.moe_runner_backend == "auto":
+            if is_sm100_supported() and is_mxfp4_quant_format:
+                self.moe_runner_backend = "flashinfer_mxfp4"
+            elif self.ep_size == 1:
+                self.moe_runner_backend = "triton_kernel"
+"""
+
+
+def test_narrow_arch_test_only_the_test_near_its_word() -> None:
+    t = NarrowArchTest(NARROW, ["_handle_model_specific_adjustments"])
+    out = t.apply(cst.parse_module(NARROW_BEFORE))
+    assert out.changed == 1 and out.module is not None
+    assert out.module.code == NARROW_AFTER  # the allreduce `if is_blackwell_supported()` is left alone
+    again = NarrowArchTest(NARROW, ["_handle_model_specific_adjustments"]).apply(out.module)
+    assert again.module is None and again.changed == 0 and again.satisfied >= 1
+    compile(out.module.code, "x.py", "exec")
+
+
+def test_narrow_arch_test_platform_shape_is_satisfied_or_narrowed() -> None:
+    src = (
+        "def _gpt_oss_overrides(cfg):\n"
+        "    if get_platform().is_blackwell and is_mxfp4_quant_format:\n"
+        "        return 1\n"
+    )
+    out = NarrowArchTest(NARROW, ["_gpt_oss_overrides"]).apply(cst.parse_module(src))
+    assert out.module is not None and "get_platform().is_sm100 and is_mxfp4_quant_format" in out.module.code
+
+
+def test_narrow_arch_test_params_must_narrow() -> None:
+    assert NarrowArchTest.check_params({**NARROW, "keep": "sm120", "drop": "sm100"}, ["f"]) is not None
+    assert NarrowArchTest.check_params(NARROW, []) is not None
+    assert NarrowArchTest.check_params(NARROW, ["f"]) is None
