@@ -10,11 +10,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sm120patch.arch import DEFAULT, Arch, parse_arch
-from sm120patch.engine import Probe, ProbeFailure
-from sm120patch.recipes import Recipe
-from sm120patch.targets import Target
+
+if TYPE_CHECKING:  # the CLI imports this module at start: keep it light
+    from sm120patch.engine import Probe, ProbeFailure
+    from sm120patch.recipes import Recipe
+    from sm120patch.targets import Target
 
 PROBE_LEVELS = ("none", "static", "artifact", "spec", "build", "run")
 
@@ -54,6 +57,7 @@ def make_probe(archs: Sequence[Arch], fi: object, level: str) -> Probe | None:
     """
     if level == "none":
         return None
+    from sm120patch.engine import ProbeFailure
     from sm120patch.probes import ProbeCache, probe_recipe, recipe_passes
 
     cache = ProbeCache()

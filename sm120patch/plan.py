@@ -7,21 +7,25 @@ one produced, so two recipes may edit one file and the diffs compose.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from sm120patch.arch import Arch
-from sm120patch.diffs import unified
 from sm120patch.errors import TargetError
 from sm120patch.locate import PackageIndex
-from sm120patch.recipes import Edit, Recipe
 from sm120patch.targets import Target
-from sm120patch.transforms import TRANSFORMS
+
+if TYPE_CHECKING:  # libcst, the transforms and packaging load when planning, not on import
+    import libcst as cst
+
+    from sm120patch.recipes import Edit, Recipe
 
 APPLICABLE = "applicable"
 SATISFIED = "satisfied"
@@ -59,6 +63,8 @@ class RecipePlan:
         return sorted(self.changes)
 
     def diff(self) -> str:
+        from sm120patch.diffs import unified
+
         return "".join(
             unified(rel, a.decode("utf-8"), b.decode("utf-8")) for rel, (a, b) in sorted(self.changes.items())
         )
@@ -77,7 +83,12 @@ class RecipePlan:
 
 
 class Workspace:
-    """The current text of every file touched so far, parsed at most once per version."""
+    """The current text of every file touched so far, parsed at most once per version.
+
+    Each parsed module is kept with the text it was parsed from (or generated), so a
+    file several recipes edit is parsed once, and a recipe that is undone (missing,
+    failed) hands the next one the module of the text it restored.
+    """
 
     def __init__(self, target: Target, read: Callable[[Path], bytes] | None = None) -> None:
         self.target = target
@@ -85,7 +96,8 @@ class Workspace:
         self._read = read or self.index.read
         self.text: dict[Path, str] = {}  # current text, after the edits so far
         self.base: dict[Path, str] = {}  # text as first read
-        self._module: dict[Path, cst.Module] = {}
+        self._module: dict[Path, dict[str, cst.Module]] = {}  # path -> text -> its module
+        self._generated: dict[Path, set[str]] = {}  # texts libcst generated (exactly module.code)
 
     def source(self, path: Path) -> str:
         if path not in self.text:
@@ -97,22 +109,46 @@ class Workspace:
         return self.text[path]
 
     def module(self, path: Path) -> cst.Module:
-        mod = self._module.get(path)
-        if mod is None or mod.code != self.text.get(path):
+        text = self.source(path)
+        versions = self._module.setdefault(path, {})
+        mod = versions.get(text)
+        if mod is None:
+            import libcst as cst
+
             try:
-                mod = cst.parse_module(self.source(path))
+                mod = cst.parse_module(text)
             except cst.ParserSyntaxError as e:
                 raise TargetError(
                     f"{path}: does not parse ({e.message}, line {e.raw_line}); "
                     "restore the file from the release or your VCS"
                 ) from None
-            self._module[path] = mod
+            versions[text] = mod
         return mod
 
     def set(self, path: Path, code: str, module: cst.Module | None = None) -> None:
+        """New text for `path`; `module` is its parse (or what generated it), when known."""
         self.text[path] = code
         if module is not None:
-            self._module[path] = module
+            self._module.setdefault(path, {})[code] = module
+
+    def code(self, path: Path, module: cst.Module) -> str:
+        """`module.code` for a new version of `path`. When the current text was itself
+        generated (an earlier recipe changed the file), only the statements that differ
+        are regenerated and spliced into it (`splice_code`); else the whole module."""
+        text = self.text.get(path)
+        if text is not None and text in self._generated.get(path, ()):
+            from sm120patch.transforms.base import splice_code
+
+            old = self._module[path].get(text)
+            code = splice_code(old, text, module) if old is not None else None
+            if code is not None:
+                if os.environ.get("SM120PATCH_CHECK_SPLICE"):  # tests: prove it equals the slow way
+                    assert code == module.code, f"{path}: spliced code differs from module.code"
+                self._generated[path].add(code)
+                return code
+        code = module.code
+        self._generated.setdefault(path, set()).add(code)
+        return code
 
     def snapshot(self) -> dict[Path, str]:
         return dict(self.text)
@@ -131,7 +167,24 @@ def plan(
     `applied` without being re-run. `read` overrides how file bytes are read
     (rollback replays recipes over original bytes).
     """
-    ws = Workspace(target, read)
+    return _plan(Workspace(target, read), recipes, arch, applied)
+
+
+def _plan(
+    ws: Workspace, recipes: Sequence[Recipe], arch: Arch | Sequence[Arch], applied: dict[str, str] | None
+) -> list[RecipePlan]:
+    from sm120patch.transforms import TRANSFORMS
+
+    target = ws.target
+    # a package scan (an edit not in its hints) looks for every edit's needles at once
+    ws.index.expect(
+        n
+        for r in recipes
+        if r.package == target.package and not (applied and r.id in applied)
+        for e in r.edits
+        if e.transform is not None
+        for n in TRANSFORMS[e.transform](e.params, e.functions).needles()
+    )
     plans = []
     for recipe in recipes:
         if recipe.package != target.package:
@@ -141,6 +194,131 @@ def plan(
             continue
         plans.append(plan_recipe(ws, recipe, arch))
     return plans
+
+
+# --- plan-result cache (statuses only, for reports) ---------------------------------------------
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """What changes when a file is rewritten, replaced or removed."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return [st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _tool_stamp() -> list[object]:
+    """This sm120patch's own code: a new version or an edited transform invalidates the cache."""
+    here = Path(__file__).resolve().parent
+    return [[p.name, _stamp(p)] for d in (here, here / "transforms") for p in sorted(d.glob("*.py"))]
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _listing(index: PackageIndex, read: set[str]) -> str:
+    """Every .py file of the package, hashed with its stamp: what a package scan depended on.
+    Files in `read` enter by name only: their bytes are checked on their own (`files`)."""
+    root = index.target.package_dir
+    entries = []
+    for p in index.files():
+        entries.append([p.relative_to(root).as_posix(), None if str(p) in read else _stamp(p)])
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+
+
+def _unchanged(path: Path, stamp: list[int] | None, digest: str | None) -> bool:
+    """Same stamp; or, for a file rewritten with the same bytes (an apply rolled back), the
+    same type, size and sha256."""
+    now = _stamp(path)
+    if now == stamp:
+        return True
+    if now is None or stamp is None or digest is None or now[:2] != stamp[:2]:
+        return False
+    return _digest(path) == digest
+
+
+def plan_statuses(
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | Sequence[Arch],
+    applied: dict[str, str] | None = None,
+    cache_dir: Path | None = None,
+) -> list[RecipePlan]:
+    """`plan`'s statuses, reasons and edit outcomes, for reports (`preflight`), served from a
+    cache when nothing they depend on changed. The plans carry no bytes (`changes` is
+    empty, no diff): never write from them; `plan` and `apply` always recompute.
+
+    The cache key holds this tool's code stamps, the recipes (id, sha256), the archs,
+    the target (with its version) and the journal's `applied` reasons; the entry holds the
+    stamp (mode, size, mtime_ns, inode) of every file the plan read or looked for (each
+    edit's hinted files, present or not) and the sha256 of those it read, and, when an edit
+    searched the whole package, a hash of the package's .py listing with their stamps. A
+    changed stamp recomputes, unless the file was only rewritten with the same bytes (same
+    type, size and sha256: an apply that was rolled back).
+    """
+    from sm120patch.probes.cache import ProbeCache, default_cache_dir
+
+    mine = [r for r in recipes if r.package == target.package]
+    if any(e.diff_path is not None for r in mine for e in r.edits):
+        return plan(target, recipes, arch, applied)  # a diff edit reads its .diff file: not keyed
+    archs = [arch] if isinstance(arch, Arch) else list(arch)
+    cache = ProbeCache(cache_dir or default_cache_dir().parent / "plans")
+    key = ProbeCache.key(
+        {
+            "kind": "plan-statuses",
+            "tool": _tool_stamp(),
+            "recipes": [[r.id, r.sha256] for r in mine],
+            "arch": [a.name for a in archs],
+            "target": target.to_dict(),
+            "applied": applied or {},
+        }
+    )
+    hit = cache.get(key)
+    if hit is not None:
+        plans = _from_cache(hit, target, mine)
+        if plans is not None:
+            return plans
+    ws = Workspace(target)
+    plans = _plan(ws, recipes, arch, applied)
+    looked = {target.package_dir / h for r in mine for e in r.edits for h in e.files}
+    looked.update(ws.index._text, ws.text)
+    read = {str(p) for p in (*ws.index._text, *ws.text)}
+    cache.put(
+        key,
+        {
+            "files": sorted([str(p), _stamp(p), _digest(p) if str(p) in read else None] for p in looked),
+            "listing": _listing(ws.index, read) if ws.index._hits else None,
+            "plans": [
+                {"id": p.recipe.id, "status": p.status, "reason": p.reason, "edits": [e.to_dict() for e in p.edits]}
+                for p in plans
+            ],
+        },
+    )
+    return plans
+
+
+def _from_cache(hit: dict[str, object], target: Target, recipes: Sequence[Recipe]) -> list[RecipePlan] | None:
+    """The cached plans, or None when a file they depend on changed (or the entry is odd)."""
+    try:
+        files = hit["files"]
+        for path, stamp, digest in files:  # type: ignore[attr-defined]
+            if not _unchanged(Path(path), stamp, digest):
+                return None
+        read = {path for path, _, digest in files if digest is not None}  # type: ignore[attr-defined]
+        if hit["listing"] is not None and _listing(PackageIndex(target), read) != hit["listing"]:
+            return None
+        by_id = {r.id: r for r in recipes}
+        return [
+            RecipePlan(by_id[d["id"]], target, d["status"], d["reason"], [EditResult(**e) for e in d["edits"]])
+            for d in hit["plans"]  # type: ignore[attr-defined]
+        ]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> RecipePlan:
@@ -196,6 +374,8 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
     if edit.diff_path is not None:
         return _run_diff(ws, edit)
     assert edit.transform is not None
+    from sm120patch.transforms import TRANSFORMS
+
     transform = TRANSFORMS[edit.transform](edit.params, edit.functions)
     idx = ws.index
     needles = transform.needles()
@@ -223,7 +403,7 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
             changed = changed[:1]
         for path, out in changed:
             assert out.module is not None
-            code = out.module.code
+            code = ws.code(path, out.module)
             try:
                 compile(code, str(path), "exec")
             except SyntaxError as e:

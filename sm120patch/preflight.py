@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.engine import make_plan
+from sm120patch.engine import Probe, applied_reasons
 from sm120patch.gatekeeper import make_probe
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED
+from sm120patch.journal import Journal
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan, plan_statuses
 from sm120patch.recipes import Recipe
 from sm120patch.targets import Target
 
@@ -42,7 +43,7 @@ def preflight(
     probe = make_probe(archs, fi, level)
     rows = []
     for t in targets:
-        for p in make_plan(t, recipes, archs, probe=probe):
+        for p in _plans(t, recipes, archs, probe):
             verdicts = p.probe
             if p.status == APPLICABLE and probe is not None and p.recipe.needs:
                 verdicts = _passing(p.recipe, archs, fi, level)
@@ -71,6 +72,19 @@ def preflight(
         "probe_level": level,
         "recipes": rows,
     }
+
+
+def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
+    """`engine.make_plan`, with the statuses from the plan-result cache (`plan_statuses`)
+    when the tree, the recipes and this tool are as they were: a warm pre-flight parses nothing."""
+    plans = plan_statuses(t, recipes, archs, applied=applied_reasons(Journal.open(t.root), t))
+    if probe is not None:
+        for p in plans:
+            if p.status == APPLICABLE:
+                failure = probe(p.recipe)
+                if failure is not None:
+                    p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
+    return plans
 
 
 def _passing(recipe: Recipe, archs: Sequence[Arch], fi: Any, level: str) -> list[dict[str, Any]]:

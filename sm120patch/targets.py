@@ -6,10 +6,7 @@ The version always comes from the tree itself (version file, pyproject, dist-inf
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +72,8 @@ def discover(path: Path, package: str | None = None) -> list[Target]:
 
 def installed(package: str) -> Target:
     """The copy the current interpreter would import, located without importing it."""
+    import importlib.util
+
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise TargetError(f"{package}: not installed for {sys.executable}; pip install it, or give a PATH")
@@ -127,6 +126,8 @@ def read_version(package: str, pkg_dir: Path, git_root: Path | None) -> tuple[st
         if m:
             return m.group(1), str(pyproject)
     if git_root is not None:
+        import subprocess
+
         try:
             out = subprocess.run(
                 ["git", "describe", "--tags", "--always"],
@@ -148,6 +149,8 @@ def _assigned_version(f: Path) -> str | None:
     """`__version__ = "x"` (or `version = "x"`) at module level, read by AST."""
     if not f.is_file():
         return None
+    import ast
+
     try:
         tree = ast.parse(f.read_bytes())
     except (SyntaxError, ValueError):

@@ -61,12 +61,7 @@ class AddListItem(Transform):
                 swaps[lst] = self._uncomment(lst) or _append(lst, self.item)
                 out.changed += 1
         if swaps:
-
-            class _Swap(cst.CSTTransformer):
-                def leave_List(self, original: cst.List, updated: cst.List) -> cst.BaseExpression:
-                    return swaps.get(original, updated)
-
-            out.module = module.visit(_Swap())
+            out.module = self.replace(module, dict(swaps))
         return out
 
     def _uncomment(self, lst: cst.List) -> cst.List | None:

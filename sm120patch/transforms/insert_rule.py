@@ -88,8 +88,7 @@ class InsertRule(Transform):
         if at < len(stmts) - 1:
             nxt = stmts[at + 1]
             stmts[at + 1] = nxt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *nxt.leading_lines])
-        new = module.deep_replace(fn, fn.with_changes(body=body.with_changes(body=stmts)))
-        assert isinstance(new, cst.Module)
+        new = self.replace(module, {fn: fn.with_changes(body=body.with_changes(body=stmts))})
         for mod, name in self.imports:
             new, why = ensure_bound(new, name, import_from=mod)
             if why:

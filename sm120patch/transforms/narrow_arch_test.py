@@ -91,11 +91,7 @@ class NarrowArchTest(Transform):
         if not swaps:
             return out
 
-        class _Swap(cst.CSTTransformer):
-            def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
-                return swaps.get(original, updated)
-
-        new = module.visit(_Swap())
+        new = self.replace(module, swaps)
         for name, sibling in needed:
             new, why = ensure_bound(new, name, sibling=sibling, import_from=self.import_from)
             if why:

@@ -85,7 +85,7 @@ class WidenArchTest(Transform):
                     needed.append((bare, sibling))
         if not replacements:
             return out
-        new = module.visit(_Swap(replacements))
+        new = self.replace(module, dict(replacements))
         for bare, sibling in needed:
             new, why = ensure_bound(new, bare, sibling=sibling, import_from=self.import_from)
             if why:
@@ -153,13 +153,3 @@ def _or_chains(fn: cst.FunctionDef) -> list[tuple[cst.BooleanOperation, cst.CSTN
 
     fn.body.visit(_V())
     return found
-
-
-class _Swap(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.BooleanOperation, cst.BooleanOperation]) -> None:
-        self.replacements = replacements
-
-    def leave_BooleanOperation(
-        self, original: cst.BooleanOperation, updated: cst.BooleanOperation
-    ) -> cst.BaseExpression:
-        return self.replacements.get(original, updated)
