@@ -126,6 +126,16 @@ def apply(
             raise UserError(
                 f"{target.root}: uncommitted changes in {', '.join(dirty)}; commit or stash them first, or pass --force"
             )
+        # a file we patched before and the user edited since: writing over it would make the
+        # next rollback restore the original and silently drop that edit
+        edited = [rel for rel in sorted(final) if journal.file(rel) and file_state(journal, rel) != "as-applied"]
+        if edited and not force:
+            raise UserError(
+                f"{target.root}: {', '.join(edited)} changed since sm120patch patched it; a later rollback would "
+                "lose those edits. Roll back first, or pass --force (your version is kept in .sm120patch/saved/)"
+            )
+        for rel in edited:
+            journal.keep_copy(rel)
         journal.write(final)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         for p in todo:
@@ -173,9 +183,9 @@ def rollback(
 ) -> dict[str, Any]:
     """Take recipes back out (all by default), restoring the recorded original bytes."""
     journal = Journal.open(target.root)
-    if not journal.exists:
+    if not journal.exists and not journal.dir.exists():
         return {"rolled_back": [], "recovered": [], "kept_copies": [], "remaining": []}
-    with journal.lock(wait_s):
+    with journal.lock(wait_s):  # (a folder without journal.json is what a killed run left: cleaned below)
         recovered = journal.recover()
         unknown = [i for i in ids or [] if i not in journal.applied_ids()]
         if unknown:
@@ -202,13 +212,13 @@ def _rollback_locked(
     drop = [a for a in applied if ids is None or a["id"] in ids]
     keep = [a for a in applied if a not in drop]
     touched = sorted({rel for a in drop for rel in a["files"]})
-    edited = [rel for rel in touched if file_state(journal, rel) == "changed-since-apply"]
+    edited = [rel for rel in touched if file_state(journal, rel) in ("changed-since-apply", "missing")]
     if edited and not force:
         raise UserError(
-            f"{target.root}: {', '.join(edited)} changed since apply; rollback would overwrite "
+            f"{target.root}: {', '.join(edited)} changed (or deleted) since apply; rollback would overwrite "
             "those edits. Pass --force to restore anyway (your version is kept in .sm120patch/saved/)"
         )
-    kept_copies = [str(journal.keep_copy(rel)) for rel in edited]
+    kept_copies = [str(journal.keep_copy(rel)) for rel in edited if (target.root / rel).exists()]
     new = _replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]

@@ -12,6 +12,11 @@ A transaction records every (before, after) hash and stores the before-bytes
 *before* touching any file; files are then replaced atomically. If the run dies
 midway, the next run finds `pending` and puts every file back to its before-bytes,
 so the tree is either as it was or fully written, never in between.
+
+The journal is read again once the lock is held (a run that waited must not act on
+what it read before), its paths must stay inside the tree, and a folder that holds
+no journal.json is removed when the lock is let go. tests/reliability kills runs at
+every write step through the `SM120PATCH_FAULT=kill:N` hook below.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sm120patch import __version__
@@ -34,6 +40,29 @@ from sm120patch.errors import JournalError, UserError
 
 SCHEMA = 1
 DIRNAME = ".sm120patch"
+TMP_SUFFIX = ".sm120patch-tmp"
+
+# Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
+# process; SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
+_FAULT = os.environ.get("SM120PATCH_FAULT", "")
+_FAULT_TRACE = os.environ.get("SM120PATCH_FAULT_TRACE", "")
+_fault_steps = 0
+
+
+def _fault(step: str) -> None:
+    global _fault_steps
+    if not (_FAULT or _FAULT_TRACE):
+        return
+    _fault_steps += 1
+    if _FAULT_TRACE:
+        with open(_FAULT_TRACE, "a") as f:
+            f.write(f"{_fault_steps}\t{time.monotonic():.6f}\t{step}\n")
+    if f"kill:{_fault_steps}" == _FAULT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WriteError(JournalError, OSError):
+    """Writing failed (permissions, disk full); what was written is already put back."""
 
 
 def sha256(data: bytes) -> str:
@@ -50,8 +79,13 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write via a temp file in the same folder + rename: readers see old or new, never half."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".sm120patch-tmp", dir=path.parent)
+    """Write via a temp file in the same folder + rename: readers see old or new, never half.
+    `mode=None` keeps the mode of the file being replaced."""
+    _fault(f"begin {path.name}")
+    if mode is None:
+        with contextlib.suppress(OSError):
+            mode = os.stat(path).st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -59,21 +93,68 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
             os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        _fault(f"replace {path.name}")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fault(f"replaced {path.name}")
     _fsync_dir(path.parent)
 
 
 def state_dir_for(root: Path) -> Path:
     """Where the journal lives: in the tree when writable, else a per-tree state folder."""
     local = root / DIRNAME
+    if local.is_symlink():  # never write the journal through a link, wherever it points
+        raise JournalError(f"{local}: is a symlink; remove it (sm120patch keeps its journal in a real folder there)")
     if local.is_dir() or os.access(root, os.W_OK):
         return local
     base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
     return base / "sm120patch" / hashlib.sha256(str(root).encode()).hexdigest()[:16]
+
+
+def _safe_rel(rel: Any) -> bool:
+    """A journal path: relative, POSIX, inside the tree."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
+        return False
+    p = PurePosixPath(rel)
+    return not p.is_absolute() and ".." not in p.parts and p.parts[0] not in (".", DIRNAME)
+
+
+def _is_sha(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def _problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a loaded journal's shape, or None. Checked before anything is trusted."""
+    for rel, f in data["files"].items():
+        if not _safe_rel(rel):
+            return f"files: {rel!r} is not a path inside the tree"
+        if not isinstance(f, dict) or not (_is_sha(f.get("original")) and _is_sha(f.get("current"))):
+            return f"files: {rel!r} lacks sha256 'original'/'current'"
+        if type(f.get("mode")) is not int or not 0 <= f["mode"] <= 0o7777:
+            return f"files: {rel!r} has no valid mode"
+    for i, a in enumerate(data["applied"]):
+        if not isinstance(a, dict) or not isinstance(a.get("id"), str) or not isinstance(a.get("files"), list):
+            return f"applied[{i}] lacks an id and a list of files"
+        if not all(_safe_rel(rel) for rel in a["files"]):
+            return f"applied[{i}].files holds a path outside the tree"
+        if not all(isinstance(a.get(k, ""), str) for k in ("package", "arch", "at", "version")):
+            return f"applied[{i}] has a non-string package/arch/at/version"
+    pending = data.get("pending")
+    if pending is not None:
+        writes = pending.get("writes") if isinstance(pending, dict) else None
+        if not isinstance(writes, dict):
+            return "pending lacks its writes"
+        for rel, w in writes.items():
+            if not _safe_rel(rel):
+                return f"pending: {rel!r} is not a path inside the tree"
+            if not isinstance(w, dict) or not (_is_sha(w.get("before")) and _is_sha(w.get("after"))):
+                return f"pending: {rel!r} lacks sha256 'before'/'after'"
+    if not isinstance(data.get("history", []), list):
+        return "history is not a list"
+    return None
 
 
 @dataclass
@@ -96,12 +177,16 @@ class Journal:
     @classmethod
     def open(cls, root: Path) -> Journal:
         directory = state_dir_for(root)
+        return cls(root, directory, cls._read(directory))
+
+    @staticmethod
+    def _read(directory: Path) -> dict[str, Any]:
         path = directory / "journal.json"
         if not path.exists():
-            return cls(root, directory, {"schema": SCHEMA, "applied": [], "files": {}, "pending": None, "history": []})
+            return {"schema": SCHEMA, "applied": [], "files": {}, "pending": None, "history": []}
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError) as e:
             raise JournalError(
                 f"{path}: unreadable journal ({e}); restore it from a backup, "
                 f"or reinstall the package if you no longer need to roll back"
@@ -116,7 +201,13 @@ class Journal:
                 f"{path}: not a journal of schema {SCHEMA}; "
                 "it was written by another sm120patch version or edited by hand"
             )
-        return cls(root, directory, data)
+        problem = _problem(data)
+        if problem:
+            raise JournalError(
+                f"{path}: damaged journal ({problem}); restore it from a backup, "
+                "or reinstall the package if you no longer need to roll back"
+            )
+        return data
 
     @property
     def exists(self) -> bool:
@@ -131,25 +222,51 @@ class Journal:
 
     @contextlib.contextmanager
     def lock(self, wait_s: float = 0.0) -> Iterator[None]:
-        """One writer per tree. A second run waits up to `wait_s`, then refuses with the fix."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._exclude_from_git()
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        """One writer per tree. A second run waits up to `wait_s`, then refuses with the fix.
+
+        Once held, the journal is read again: what the previous holder left, not what was
+        read before waiting (a stale copy would undo or forget that run's changes)."""
         deadline = time.monotonic() + wait_s
+        lock_path = self.dir / "lock"
+        while True:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self._exclude_from_git()
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as e:
+                raise WriteError(
+                    f"{lock_path}: cannot create the lock ({e.strerror}); make {self.dir} writable, "
+                    "or run as the tree's owner"
+                ) from None
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                            raise UserError(
+                                f"{self.root}: another sm120patch run is changing this tree; "
+                                "wait for it to finish (or pass --wait SECONDS)"
+                            ) from None
+                        time.sleep(0.1)
+                # the holder we waited for may have removed the folder: then lock the new one
+                st, now = os.fstat(fd), None
+                with contextlib.suppress(OSError):
+                    now = os.stat(lock_path, follow_symlinks=False)
+            except BaseException:
+                os.close(fd)
+                raise
+            if now is not None and (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                break
+            os.close(fd)
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                        raise UserError(
-                            f"{self.root}: another sm120patch run is changing this tree; "
-                            "wait for it to finish (or pass --wait SECONDS)"
-                        ) from None
-                    time.sleep(0.1)
+            self.data = self._read(self.dir)
             yield
         finally:
+            if self.dir.is_dir() and not (self.dir / "journal.json").exists() and not (self.dir / "saved").exists():
+                with contextlib.suppress(OSError):  # a run that recorded nothing leaves nothing behind
+                    self._remove_all()
             os.close(fd)
 
     def _exclude_from_git(self) -> None:
@@ -199,7 +316,7 @@ class Journal:
     def _store_blob(self, data: bytes) -> str:
         digest = sha256(data)
         path = self.dir / "blobs" / digest
-        if not path.exists():
+        if not path.is_file() or sha256(path.read_bytes()) != digest:  # a damaged copy is rewritten
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)
         return digest
@@ -216,21 +333,45 @@ class Journal:
         if self.data.get("pending"):
             raise JournalError(f"{self.dir}: an interrupted run is pending; run `sm120patch rollback {self.root}`")
         pending: dict[str, dict[str, str]] = {}
-        for rel, data in sorted(new.items()):
-            path = self.root / rel
-            before = path.read_bytes()
-            b_sha = self._store_blob(before)
-            entry = self.data["files"].get(rel)
-            if entry is None:
-                entry = {"original": b_sha, "current": b_sha, "mode": path.stat().st_mode & 0o7777}
-                self.data["files"][rel] = entry
-            pending[rel] = {"before": b_sha, "after": sha256(data)}
-        self.data["pending"] = {"started": time.time(), "writes": pending}
-        self.save()  # the undo data is on disk before the first file changes
-        for rel, data in sorted(new.items()):
-            path = self.root / rel
-            atomic_write(path, data, self.data["files"][rel]["mode"])
-            self.data["files"][rel]["current"] = pending[rel]["after"]
+        saved_files = json.loads(json.dumps(self.data["files"]))
+        try:
+            for rel, data in sorted(new.items()):
+                path = self._path(rel)
+                try:
+                    before = path.read_bytes()
+                except FileNotFoundError:
+                    if rel not in self.data["files"]:
+                        raise
+                    before = self.blob(self.data["files"][rel]["original"])  # deleted since: restore it
+                b_sha = self._store_blob(before)
+                entry = self.data["files"].get(rel)
+                if entry is None:
+                    entry = {"original": b_sha, "current": b_sha, "mode": path.stat().st_mode & 0o7777}
+                    self.data["files"][rel] = entry
+                pending[rel] = {"before": b_sha, "after": sha256(data)}
+            self.data["pending"] = {"started": time.time(), "writes": pending}
+            self.save()  # the undo data is on disk before the first file changes
+        except OSError as e:  # nothing in the tree changed yet
+            self.data["files"], self.data["pending"] = saved_files, None
+            with contextlib.suppress(OSError):
+                self.remove_if_empty()
+            raise WriteError(
+                f"{e.filename or self.dir}: cannot read or write ({e.strerror or e}); nothing was changed. "
+                "Make it readable/writable (or run as the tree's owner) and run the command again"
+            ) from None
+        try:
+            for rel, data in sorted(new.items()):
+                path = self.root / rel
+                atomic_write(path, data, self.data["files"][rel]["mode"])
+                self.data["files"][rel]["current"] = pending[rel]["after"]
+        except OSError as e:  # put back what was written, then say which file refused
+            with contextlib.suppress(OSError, UserError):
+                self.recover()
+                self.remove_if_empty()
+            raise WriteError(
+                f"{path}: cannot write ({e.strerror or e}); nothing was changed. Make it and its folder "
+                "writable (chmod u+w), free disk space, or run as the tree's owner, then run the command again"
+            ) from None
         self.data["pending"] = None
         for rel in list(self.data["files"]):  # files back to their original need no entry
             f = self.data["files"][rel]
@@ -244,7 +385,10 @@ class Journal:
             return []
         restored = []
         for rel, w in sorted(pending["writes"].items()):
-            path = self.root / rel
+            path = self._path(rel)
+            for tmp in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):  # left by a kill mid-write
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             try:
                 now = sha256(path.read_bytes())
             except FileNotFoundError:
@@ -267,13 +411,31 @@ class Journal:
         """Delete the journal folder once nothing is applied and no user copy is kept."""
         if self.applied or self.data["files"] or self.data.get("pending") or (self.dir / "saved").exists():
             return False
-        for p in sorted(self.dir.rglob("*"), reverse=True):
-            if p.is_dir():
+        self._remove_all()
+        return True
+
+    def _remove_all(self) -> None:
+        # journal.json goes last: a kill midway leaves a journal that says "nothing applied",
+        # which the next rollback cleans up, never blobs without their journal
+        journal = self.dir / "journal.json"
+        for p in sorted(self.dir.rglob("*"), key=lambda p: (p == journal, -len(p.parts), str(p))):
+            _fault(f"remove {p.name}")
+            if p.is_dir() and not p.is_symlink():
                 p.rmdir()
             else:
                 p.unlink()
+        _fault(f"remove {self.dir.name}")
         self.dir.rmdir()
-        return True
+
+    def _path(self, rel: str) -> Path:
+        """A journal path as a file of this tree; never one reached through a symlink out of it."""
+        path = self.root / rel
+        if path.is_symlink() or not path.parent.resolve().is_relative_to(self.root.resolve()):
+            raise JournalError(
+                f"{path}: is a symlink or lies outside {self.root}; sm120patch never writes through links. "
+                "Replace the link with a real file (or restore the tree), then run the command again"
+            )
+        return path
 
     def keep_copy(self, rel: str) -> Path:
         """Save the user's version of a file before `--force` replaces it."""
