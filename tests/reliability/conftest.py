@@ -1,0 +1,255 @@
+"""Plumbing for the reliability suite: run the real CLI, fingerprint trees, count what was tried.
+
+Every test adds to FIGURES; at the end of the session they are written as JSON to
+`$SM120PATCH_RELIABILITY_FIGURES` (default `$SM120PATCH_CACHE/reliability-figures.json`),
+which `tools/reliability_report.py` renders into docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sm120patch.journal import DIRNAME
+from tools.releases import cache_dir
+
+FIGURES: dict[str, int] = {}
+_FIG_LOCK = threading.Lock()
+_RAN: set[str] = set()
+
+
+def count(key: str, n: int = 1) -> None:
+    with _FIG_LOCK:
+        FIGURES[key] = FIGURES.get(key, 0) + n
+
+
+def figures_path() -> Path:
+    env = os.environ.get("SM120PATCH_RELIABILITY_FIGURES")
+    return Path(env) if env else cache_dir() / "reliability-figures.json"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "tests/reliability" in report.nodeid.replace(os.sep, "/") and report.when == "call":
+        _RAN.add(report.nodeid)
+        count("tests_xfailed" if hasattr(report, "wasxfail") else f"tests_{report.outcome}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _RAN:
+        return
+    out = figures_path()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": sys.version.split()[0],
+        "exit_status": int(exitstatus),
+        "figures": dict(sorted(FIGURES.items())),
+    }
+    out.write_text(json.dumps(data, indent=1) + "\n")
+
+
+# --- running the CLI ----------------------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120, user: str | None = None):
+    """`python -m sm120patch ARGS` as a real process; returns CompletedProcess (text)."""
+    cmd = [sys.executable, "-m", "sm120patch", *args]
+    if user:
+        pw = pwd.getpwnam(user)
+        cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--", *cmd]
+    full_env = {**os.environ, "NO_COLOR": "1"}
+    for k in ("SM120PATCH_FAULT", "SM120PATCH_FAULT_TRACE", "SM120PATCH_DEBUG"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, start_new_session=True)
+    if "Traceback" in r.stdout + r.stderr:
+        count("tracebacks")
+    return r
+
+
+def assert_clean_failure(r: subprocess.CompletedProcess, *names: str) -> None:
+    """A refusal: exit 2, one `sm120patch: error:` line naming the file(s), no traceback."""
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out, out
+    assert r.returncode == 2, (r.returncode, out)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sm120patch: error: "), r.stderr
+    for n in names:
+        assert n in lines[0], (n, lines[0])
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+# --- fingerprints ---------------------------------------------------------------------------------
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def fingerprint(root: Path, skip_journal: bool = False) -> dict[str, tuple[str, int]]:
+    """rel -> (sha256, mode) of every file and link under root (links by their target text)."""
+    out: dict[str, tuple[str, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        if skip_journal and d == root and DIRNAME in dirnames:
+            dirnames.remove(DIRNAME)
+        for name in filenames + [n for n in dirnames if (d / n).is_symlink()]:
+            p = d / name
+            rel = p.relative_to(root).as_posix()
+            st = p.lstat()
+            if p.is_symlink():
+                out[rel] = ("link:" + os.readlink(p), 0)
+            else:
+                out[rel] = (sha(p), st.st_mode & 0o7777)
+        for n in list(dirnames):
+            if (d / n).is_symlink():
+                dirnames.remove(n)
+    return out
+
+
+class Baseline:
+    """A release tree's every file (sha256, mode, inode) so a hard-linked copy is checked cheaply:
+    a file still sharing the pristine inode and mtime was never replaced; any other is hashed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, tuple[str, int]] = {}
+        self.stat: dict[str, tuple[int, int, int]] = {}
+        for p in self._walk(root):
+            st = p.stat()
+            rel = p.relative_to(root).as_posix()
+            self.files[rel] = (sha(p), st.st_mode & 0o7777)
+            self.stat[rel] = (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    @staticmethod
+    def _walk(root: Path):
+        for dirpath, _dirnames, filenames in os.walk(root):
+            for n in filenames:
+                if n != ".complete":
+                    yield Path(dirpath) / n
+
+    def diff(self, tree: Path, expected: dict[str, tuple[str, int]] | None = None, skip_journal=False) -> list[str]:
+        """Differences of `tree` from the baseline (with `expected` overriding some files)."""
+        want = {**self.files, **(expected or {})}
+        seen = set()
+        problems = []
+        for p in self._walk(tree):
+            rel = p.relative_to(tree).as_posix()
+            if skip_journal and rel.startswith(DIRNAME + "/"):
+                continue
+            seen.add(rel)
+            if rel not in want:
+                problems.append(f"extra {rel}")
+                continue
+            st = p.lstat()
+            if p.is_symlink():
+                problems.append(f"link {rel}")
+                continue
+            if self.stat.get(rel) == (st.st_ino, st.st_mtime_ns, st.st_size) and rel not in (expected or {}):
+                got = self.files[rel]
+            else:
+                got = (sha(p), st.st_mode & 0o7777)
+            if got != want[rel]:
+                problems.append(f"differs {rel}")
+        problems += [f"missing {rel}" for rel in sorted(set(want) - seen)]
+        return problems
+
+    def still_pristine(self) -> list[str]:
+        """The cache itself was never written in place (hard links share it)."""
+        return [rel for rel, (digest, _) in self.files.items() if sha(self.root / rel) != digest]
+
+
+# --- a small fake SGLang tree (the shape of the gates, not SGLang code) ------------------------------
+
+COMMUNICATOR = """\
+from sglang.srt.utils import (
+    is_cuda,
+    is_sm90_supported,
+    is_sm100_supported,
+)
+
+_is_cuda = is_cuda()
+_is_sm90_supported = _is_cuda and is_sm90_supported()
+_is_sm100_supported = _is_cuda and is_sm100_supported()
+
+
+def apply_flashinfer_allreduce_fusion(batch_size: int) -> bool:
+    return (_is_sm90_supported or _is_sm100_supported) and 0 < batch_size <= 4096
+"""
+
+SERVER_ARGS = """\
+import logging
+
+from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+logger = logging.getLogger(__name__)
+
+
+class ServerArgs:
+    def _handle_model_specific_adjustments(self):
+        if is_sm90_supported() or is_sm100_supported():
+            self.enable_flashinfer_allreduce_fusion = True
+
+    def _handle_moe_kernel_config(self):
+        if self.quantization == "fp8" and is_sm100_supported():
+            self.moe_runner_backend = "flashinfer_trtllm"
+"""
+
+MODEL_RUNNER = """\
+class ModelRunner:
+    def _should_run_flashinfer_autotune(self) -> bool:
+        backend = self.server_args.moe_runner_backend
+        return backend in [
+            "flashinfer_trtllm",
+            # "flashinfer_cutlass",
+            "flashinfer_mxfp4",
+        ]
+"""
+
+UTILS = "def is_cuda():\n    return True\n\n\ndef is_sm90_supported():\n    return False\n"
+
+FAKE_FILES = {
+    "sglang/__init__.py": "",
+    "sglang/version.py": '__version__ = "0.5.9"\n',
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/utils.py": UTILS,
+    "sglang/srt/layers/__init__.py": "",
+    "sglang/srt/layers/communicator.py": COMMUNICATOR,
+    "sglang/srt/server_args.py": SERVER_ARGS,
+    "sglang/srt/model_executor/__init__.py": "",
+    "sglang/srt/model_executor/model_runner.py": MODEL_RUNNER,
+}
+COMMUNICATOR_REL = "sglang/srt/layers/communicator.py"
+SERVER_ARGS_REL = "sglang/srt/server_args.py"
+MODEL_RUNNER_REL = "sglang/srt/model_executor/model_runner.py"
+
+
+def make_fake(root: Path) -> Path:
+    for rel, text in FAKE_FILES.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Path:
+    return make_fake(tmp_path / "tree")
+
+
+APPLY = ("--arch", "sm_120", "--probe", "none", "--no-diff")
