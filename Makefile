@@ -8,7 +8,7 @@ DEMO_SGLANG ?= 0.5.9
 DEMO_FLASHINFER ?= 0.6.1
 DEMO_FLASHINFER_NEW ?= 0.6.17
 
-.PHONY: venv test test-unit test-releases lint demo docs bench clean
+.PHONY: venv test test-unit test-releases reliability lint demo docs bench clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test-releases: venv
 lint: venv
 	$(VENV)/bin/ruff check sm120patch tests tools benchmarks
 	$(VENV)/bin/ruff format --check sm120patch tools
+
+## reliability: kills, concurrency, hostile input and fuzz on real releases; renders docs/reliability.md
+reliability: venv
+	$(PY) -m pytest -q -ra tests/reliability
+	$(PY) tools/reliability_report.py
 
 ## demo: fetch SGLang $(DEMO_SGLANG) (a git clone's layout) and FlashInfer $(DEMO_FLASHINFER) from PyPI,
 ## pre-flight for sm_120, show the dry-run diff, apply (the probe reverts the allreduce gate: that

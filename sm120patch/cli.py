@@ -547,7 +547,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="sm120patch", standalone_mode=False)
     except UserError as e:
-        click.echo(f"sm120patch: error: {e}", err=True)
+        # names from recipes or journals may hold control characters: keep the error one line
+        msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
+        click.echo(f"sm120patch: error: {msg}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("sm120patch: interrupted", err=True)

@@ -59,11 +59,6 @@ def check_answer(code: int, out: str, err: str) -> None:
             count("errors_split_by_control_chars")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.main prints str(UserError) raw; a recipe key with a newline or "
-    "form feed splits the one-line error (fix: escape non-printables in cli.main)",
-)
 def test_control_characters_from_input_stay_on_one_line(tmp_path: Path) -> None:
     d = tmp_path / "recipes"
     shutil.copytree(CATALOGUE, d)

@@ -424,11 +424,6 @@ def test_commit_after_a_probe_revert_matches_the_working_tree(tmp_path: Path) ->
     assert git(root, "status", "--porcelain") == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a patched file deleted since apply (e.g. by a pip upgrade) makes "
-    "rollback crash with FileNotFoundError in Journal.write, even with --force",
-)
 def test_rollback_when_a_patched_file_was_deleted(site: Path) -> None:
     t = target_at(site)
     pristine = snapshot(site)
