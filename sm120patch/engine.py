@@ -107,7 +107,13 @@ def apply(
     journal = Journal.open(target.root)
     with journal.lock(wait_s):
         journal.recover()
-        plans = plan(target, recipes, archs, applied=applied_reasons(journal, target))
+        applied = applied_reasons(journal, target)
+        plans = plan(target, recipes, archs, applied=applied)
+        if only:
+            # plan the chosen ones on their own, so their before-bytes are the tree's and not
+            # another recipe's output; the others are still reported
+            alone = {p.recipe.id: p for p in plan(target, [r for r in recipes if r.id in only], archs, applied=applied)}
+            plans = [alone.get(p.recipe.id, p) for p in plans]
         todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
         if not todo:
             journal.remove_if_empty()
@@ -168,7 +174,7 @@ def apply(
                         f = failed[p.recipe.id]
                         p.status, p.reason = REVERTED, f"reverted: probe failed at the {f.rung} rung: {f.reason}"
         if commit and target.is_git:
-            _commit(target, [p for p in todo if p.status == APPLIED], arch_names)
+            _commit(journal, target, recipes, archs, [p for p in todo if p.status == APPLIED], arch_names)
         return plans
 
 
@@ -290,8 +296,17 @@ def status(target: Target) -> dict[str, Any]:
     }
 
 
-def _commit(target: Target, plans: Sequence[RecipePlan], arch: str) -> None:
-    """One commit per recipe on branch sm120patch/<arch>, built in the index from each recipe's bytes."""
+def _commit(
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    plans: Sequence[RecipePlan],
+    arch: str,
+) -> None:
+    """One commit per recipe on branch sm120patch/<arch>, built in the index (the work tree is
+    already written). Each commit's bytes are replayed from the originals with the recipes the
+    journal holds up to that one, so a recipe the probe reverted never shows up in a commit."""
     import io
 
     import git  # gitpython: only needed for --commit
@@ -301,10 +316,13 @@ def _commit(target: Target, plans: Sequence[RecipePlan], arch: str) -> None:
     branch = f"sm120patch/{arch.replace(',', '+')}"
     if repo.head.is_detached or repo.active_branch.name != branch:
         repo.git.checkout("-B", branch)
+    order = [a["id"] for a in journal.applied]
     for p in plans:
-        for rel, (_, after) in sorted(p.changes.items()):
+        upto = journal.applied[: order.index(p.recipe.id) + 1]
+        state = _replay(journal, target, recipes, archs, upto, sorted(p.changes))
+        for rel, data in sorted(state.items()):
             mode = "100755" if (target.root / rel).stat().st_mode & 0o111 else "100644"
-            digest = repo.odb.store(IStream("blob", len(after), io.BytesIO(after))).hexsha.decode()
+            digest = repo.odb.store(IStream("blob", len(data), io.BytesIO(data))).hexsha.decode()
             repo.git.update_index("--cacheinfo", f"{mode},{digest},{rel}")
         repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch}", "--no-verify")
 

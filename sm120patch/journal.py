@@ -270,12 +270,29 @@ class Journal:
             os.close(fd)
 
     def _exclude_from_git(self) -> None:
-        """Keep the journal out of `git status` on clones (via .git/info/exclude, not a tracked file)."""
-        info = self.root / ".git" / "info"
-        if self.dir.parent != self.root or not (self.root / ".git").is_dir():
+        """Keep the journal out of `git status` on clones, via the repo's info/exclude (not a
+        tracked file). Worktrees and submodules have a `.git` file: ask git where theirs is."""
+        if self.dir.parent != self.root or not (self.root / ".git").exists():
             return
-        info.mkdir(parents=True, exist_ok=True)
-        exclude = info / "exclude"
+        if (self.root / ".git").is_dir():
+            exclude = self.root / ".git" / "info" / "exclude"
+        else:
+            import subprocess
+
+            try:
+                r = subprocess.run(
+                    ["git", "rev-parse", "--git-path", "info/exclude"],
+                    cwd=self.root,
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+            except (OSError, subprocess.SubprocessError):
+                return
+            if r.returncode != 0 or not r.stdout.strip():
+                return
+            exclude = self.root / r.stdout.strip()
+        exclude.parent.mkdir(parents=True, exist_ok=True)
         text = exclude.read_text() if exclude.exists() else ""
         if f"/{DIRNAME}/" not in text.splitlines():
             exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + f"/{DIRNAME}/\n")

@@ -393,24 +393,12 @@ def test_probe_failure_reverts_only_that_recipe(site: Path) -> None:
     assert Journal.open(t.root).applied_ids() == [AUTOTUNE, MOE]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: apply(only=[id]) plans every recipe in sequence, so a selected "
-    "recipe's before-bytes include unselected recipes' edits to a shared file "
-    "and apply refuses with 'changed while sm120patch was planning'",
-)
 def test_apply_only_one_recipe_sharing_a_file(site: Path) -> None:
     t = target_at(site)
     plans = statuses(engine.apply(t, RECIPES, ARCH, only=[MOE]))
     assert plans[MOE] == APPLIED and plans[ALLREDUCE] == APPLICABLE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: engine._commit commits each kept recipe's planned bytes, which were "
-    "planned on top of a recipe the probe then reverted; HEAD gets the reverted "
-    "gate and the working tree is left dirty",
-)
 def test_commit_after_a_probe_revert_matches_the_working_tree(tmp_path: Path) -> None:
     root = make_clone(tmp_path / "sglang")
 
@@ -503,12 +491,6 @@ def test_git_dirty_elsewhere_and_our_own_changes_are_fine(clone: Path) -> None:
     assert statuses(engine.apply(t, RECIPES, ARCH))[MOE] == APPLIED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Journal._exclude_from_git needs .git to be a folder; in a "
-    "`git worktree` (or submodule) .git is a file, so .sm120patch/ shows as "
-    "untracked",
-)
 def test_git_worktree_keeps_the_journal_out_of_git_status(clone: Path, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
     git(clone, "worktree", "add", "-q", str(wt), "-b", "wt")
