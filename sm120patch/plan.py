@@ -7,11 +7,7 @@ one produced, so two recipes may edit one file and the diffs compose.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from sm120patch.arch import Arch
 from sm120patch.errors import TargetError
-from sm120patch.locate import PackageIndex
-from sm120patch.targets import Target
 
-if TYPE_CHECKING:  # libcst, the transforms and packaging load when planning, not on import
+if TYPE_CHECKING:  # the CLI imports this module at start: what planning needs loads when it plans
     import libcst as cst
 
+    from sm120patch.locate import PackageIndex
     from sm120patch.recipes import Edit, Recipe
+    from sm120patch.targets import Target
 
 APPLICABLE = "applicable"
 SATISFIED = "satisfied"
@@ -92,6 +88,8 @@ class Workspace:
 
     def __init__(self, target: Target, read: Callable[[Path], bytes] | None = None) -> None:
         self.target = target
+        from sm120patch.locate import PackageIndex
+
         self.index = PackageIndex(target)
         self._read = read or self.index.read
         self.text: dict[Path, str] = {}  # current text, after the edits so far
@@ -216,6 +214,8 @@ def _tool_stamp() -> list[object]:
 
 def _digest(path: Path) -> str | None:
     try:
+        import hashlib
+
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
@@ -228,6 +228,9 @@ def _listing(index: PackageIndex, read: set[str]) -> str:
     entries = []
     for p in index.files():
         entries.append([p.relative_to(root).as_posix(), None if str(p) in read else _stamp(p)])
+    import hashlib
+    import json
+
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 
@@ -310,6 +313,8 @@ def _from_cache(hit: dict[str, object], target: Target, recipes: Sequence[Recipe
             if not _unchanged(Path(path), stamp, digest):
                 return None
         read = {path for path, _, digest in files if digest is not None}  # type: ignore[attr-defined]
+        from sm120patch.locate import PackageIndex
+
         if hit["listing"] is not None and _listing(PackageIndex(target), read) != hit["listing"]:
             return None
         by_id = {r.id: r for r in recipes}
@@ -431,6 +436,9 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
     rels = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
     if not rels:
         return EditResult(edit.name, "error", [], f"{edit.diff_path}: no '+++ b/<path>' lines")
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="sm120patch-diff-") as tmp:
         scratch = Path(tmp)
         for rel in rels:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.transforms.base import (
     FileOutcome,
@@ -15,6 +13,11 @@ from sm120patch.transforms.base import (
     string_value,
     unknown_keys,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:  # loaded on first use: validating recipes needs no parser
+    from sm120patch.transforms._cst import cst
 
 
 class AddListItem(Transform):

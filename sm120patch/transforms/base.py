@@ -9,11 +9,18 @@ answer the engine turns into `not-applicable`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
+
+    Located = list[tuple[cst.FunctionDef, tuple[cst.CSTNode, ...]]]
+    Region = tuple[list[cst.BaseStatement], list[cst.BaseStatement], tuple[str, ...]]
+else:  # loaded on first use: validating recipes needs no parser
+    from sm120patch.transforms._cst import cst
 
 
 @dataclass
@@ -161,14 +168,16 @@ def iter_functions(module: cst.Module, names: Sequence[str]) -> Iterator[cst.Fun
 # A def is always a statement: it sits in a block of the module, of a compound statement,
 # or of one of these clauses. Walking only these finds every def without visiting the
 # expressions (most of a module's nodes), and records the way down to each.
-_CLAUSES: tuple[type, ...] = (
-    cst.BaseCompoundStatement,
-    cst.IndentedBlock,
-    cst.Else,
-    cst.ExceptHandler,
-    cst.Finally,
-    cst.MatchCase,
-) + tuple(t for t in (getattr(cst, "ExceptStarHandler", None),) if t is not None)
+@functools.cache
+def _clauses() -> tuple[type, ...]:
+    return (
+        cst.BaseCompoundStatement,
+        cst.IndentedBlock,
+        cst.Else,
+        cst.ExceptHandler,
+        cst.Finally,
+        cst.MatchCase,
+    ) + tuple(t for t in (getattr(cst, "ExceptStarHandler", None),) if t is not None)
 
 
 def _blocks(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -187,46 +196,50 @@ def _blocks(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
             yield sub
 
 
-Located = list[tuple[cst.FunctionDef, tuple[cst.CSTNode, ...]]]
-
-
 def find_functions(module: cst.Module, names: Sequence[str]) -> Located:
     """Like `iter_functions`, in the same (source) order, each def with the chain of nodes
     from the module down to it (the module first, the def itself not included)."""
     wanted = set(names)
     found: Located = []
+    clauses = _clauses()
 
     def walk(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
         if isinstance(node, cst.FunctionDef) and node.name.value in wanted:
             found.append((node, path))
         inner = (*path, node)
         for child in _blocks(node):
-            if isinstance(child, _CLAUSES):
+            if isinstance(child, clauses):
                 walk(child, inner)
 
     for stmt in module.body:
-        if isinstance(stmt, _CLAUSES):
+        if isinstance(stmt, clauses):
             walk(stmt, (module,))
     return found
 
 
-class _Splice(cst.CSTTransformer):
-    """Swaps nodes by identity, descending only into the nodes in `path` (None: everywhere)."""
+@functools.cache
+def _splice_class() -> type:
+    """The transformer `replace_nodes` runs, defined on first use (libcst loads lazily)."""
 
-    def __init__(self, mapping: dict[cst.CSTNode, cst.CSTNode], path: set[int] | None) -> None:
-        self.mapping = mapping
-        self.path = path
-        self.hits = 0
+    class _Splice(cst.CSTTransformer):
+        """Swaps nodes by identity, descending only into the nodes in `path` (None: everywhere)."""
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return self.path is None or id(node) in self.path
+        def __init__(self, mapping: dict[cst.CSTNode, cst.CSTNode], path: set[int] | None) -> None:
+            self.mapping = mapping
+            self.path = path
+            self.hits = 0
 
-    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
-        new = self.mapping.get(original)
-        if new is None:
-            return updated
-        self.hits += 1
-        return new
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            return self.path is None or id(node) in self.path
+
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+            new = self.mapping.get(original)
+            if new is None:
+                return updated
+            self.hits += 1
+            return new
+
+    return _Splice
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -292,11 +305,11 @@ def replace_nodes(
         for fn, chain in located:
             if fn in mapping or id(fn) in path:
                 path.update(map(id, chain))
-        splice = _Splice(mapping, path)
+        splice = _splice_class()(mapping, path)
         new = module.visit(splice)
         if splice.hits == len(mapping) and isinstance(new, cst.Module):
             return new
-    full = _Splice(mapping, None)
+    full = _splice_class()(mapping, None)
     new = module.visit(full)
     assert isinstance(new, cst.Module)
     return new
@@ -321,9 +334,6 @@ def _same_except(a: cst.CSTNode, b: cst.CSTNode, skip: str) -> bool:
         elif isinstance(x, cst.CSTNode) or x != y:
             return False
     return True
-
-
-Region = tuple[list[cst.BaseStatement], list[cst.BaseStatement], tuple[str, ...]]
 
 
 def _diff_block(

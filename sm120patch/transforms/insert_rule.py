@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import libcst as cst
+import ast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
@@ -17,6 +16,11 @@ from sm120patch.transforms.base import (
     string_value,
     unknown_keys,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:  # loaded on first use: validating recipes needs no parser
+    from sm120patch.transforms._cst import cst
 
 
 class InsertRule(Transform):
@@ -50,12 +54,13 @@ class InsertRule(Transform):
         for imp in params.get("imports", []):
             if imp.count(":") != 1:
                 return f"import {imp!r} must read 'module:name'"
-        try:
-            stmt = cst.parse_statement(params["code"])
-        except cst.ParserSyntaxError as e:
-            return f"code does not parse ({e.message})"
-        if not isinstance(stmt, cst.If):
-            return "code must be a single `if` statement"
+        if not _plainly_one_if(params["code"]):  # else libcst says exactly what is wrong
+            try:
+                stmt = cst.parse_statement(params["code"])
+            except cst.ParserSyntaxError as e:
+                return f"code does not parse ({e.message})"
+            if not isinstance(stmt, cst.If):
+                return "code must be a single `if` statement"
         if not functions:
             return "'functions' must name where the rule goes"
         return None
@@ -122,6 +127,22 @@ class InsertRule(Transform):
 
         fn.body.visit(_V())
         return found
+
+
+def _plainly_one_if(code: str) -> bool:
+    """True when `code` is one unindented `if` statement with nothing after it but blank
+    lines: then libcst's `parse_statement` accepts it too, and loading a recipe does not
+    have to import libcst (Python's own parser is already loaded)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.If):
+        return False
+    lines = code.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    end = tree.body[0].end_lineno or len(lines)
+    return first.startswith("if") and all(not line.strip() for line in lines[end:])
 
 
 def _assigns(block: cst.CSTNode, attr: str, value: str) -> bool:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
@@ -18,6 +16,11 @@ from sm120patch.transforms.base import (
     rename_token,
     unknown_keys,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:  # loaded on first use: validating recipes needs no parser
+    from sm120patch.transforms._cst import cst
 
 
 class WidenArchTest(Transform):
