@@ -96,15 +96,23 @@ class Workspace:
         self.base: dict[Path, str] = {}  # text as first read
         self._module: dict[Path, dict[str, cst.Module]] = {}  # path -> text -> its module
         self._generated: dict[Path, set[str]] = {}  # texts libcst generated (exactly module.code)
+        self._bom: set[Path] = set()  # files that start with a UTF-8 BOM, which libcst would drop
 
     def source(self, path: Path) -> str:
         if path not in self.text:
             raw = self._read(path)
+            if raw.startswith(b"\xef\xbb\xbf"):
+                self._bom.add(path)
+                raw = raw[3:]
             try:
                 self.text[path] = self.base[path] = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise TargetError(f"{path}: not UTF-8; sm120patch only edits UTF-8 Python sources") from None
         return self.text[path]
+
+    def encode(self, path: Path, text: str) -> bytes:
+        """The bytes a text stands for in this file (its BOM put back)."""
+        return (b"\xef\xbb\xbf" if path in self._bom else b"") + text.encode("utf-8")
 
     def module(self, path: Path) -> cst.Module:
         text = self.source(path)
@@ -356,7 +364,7 @@ def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> R
     for path, code in ws.text.items():
         old = before.get(path, ws.base[path])
         if code != old:
-            changes[target.rel(path)] = (old.encode("utf-8"), code.encode("utf-8"))
+            changes[target.rel(path)] = (ws.encode(path, old), ws.encode(path, code))
     if missing:
         ws.text = before
         return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)

@@ -125,11 +125,13 @@ def _append(lst: cst.List, item: str) -> cst.List:
         # one element per line: reuse the indentation of the first element's line
         lb = lst.lbracket.whitespace_after
         indent = lb.last_line if isinstance(lb, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace("    ")
-        sep = cst.ParenthesizedWhitespace(
-            first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=indent
-        )
+        assert isinstance(rb, cst.ParenthesizedWhitespace)
+        # the last element's trailing comment (`"x",  # note`) stays on its line
+        sep = cst.ParenthesizedWhitespace(first_line=rb.first_line, empty_lines=[], indent=True, last_line=indent)
         elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=sep))
         elements.append(new_el.with_changes(comma=cst.Comma()) if isinstance(last.comma, cst.Comma) else new_el)
+        rbracket = lst.rbracket.with_changes(whitespace_before=rb.with_changes(first_line=cst.TrailingWhitespace()))
+        return lst.with_changes(elements=elements, rbracket=rbracket)
     else:
         trailing = last.comma
         elements[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

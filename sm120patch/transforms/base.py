@@ -603,8 +603,19 @@ def _add_import(module: cst.Module, from_module: str, name: str) -> cst.Module:
                 body[i] = stmt.with_changes(body=[_insert_alias(small, len(small.names) - 1, name)])
                 return module.with_changes(body=body)
     new = cst.parse_statement(f"from {from_module} import {name}\n")
+    if last_import == -1 and body and is_docstring(body[0]):
+        last_import = 0  # never above the module docstring: it would stop being one
     body.insert(last_import + 1, new)
     return module.with_changes(body=body)
+
+
+def is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def replace_node(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:

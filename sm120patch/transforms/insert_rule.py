@@ -10,6 +10,7 @@ from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
     ensure_bound,
+    is_docstring,
     leaf_identifier,
     need_str,
     need_str_list,
@@ -87,7 +88,7 @@ class InsertRule(Transform):
             out.notes.append(f"{fn.name.value}() is a one-line def; cannot insert")
             return out
         stmts = list(body.body)
-        at = 1 if stmts and _is_docstring(stmts[0]) else 0
+        at = 1 if stmts and is_docstring(stmts[0]) else 0
         stmts.insert(at, cst.parse_statement(self.code))
         # keep the function's first line of code where it was: a blank line after the rule
         if at < len(stmts) - 1:
@@ -159,12 +160,3 @@ def _assigns(block: cst.CSTNode, attr: str, value: str) -> bool:
 
     block.visit(_V())
     return hit
-
-
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, cst.SimpleString)
-    )

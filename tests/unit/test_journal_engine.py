@@ -133,11 +133,6 @@ def test_plan_failed_edit_leaves_other_recipes_alone(site: Path) -> None:
     assert plans[ALLREDUCE].status == APPLICABLE and plans[AUTOTUNE].status == APPLICABLE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Workspace decodes with 'utf-8' and libcst drops a leading BOM, so a "
-    "patched file loses its BOM and the diff gains a spurious first-line hunk",
-)
 def test_plan_keeps_a_utf8_bom(site: Path) -> None:
     p = site / COMMUNICATOR_REL
     p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())

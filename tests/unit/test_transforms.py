@@ -751,11 +751,6 @@ def test_add_list_item_untouched_without_anchors_or_function() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: add-list-item append moves the last element's trailing comment "
-    "onto the new item (the comment lives in the rbracket whitespace)",
-)
 def test_add_list_item_append_keeps_the_last_elements_comment_in_place() -> None:
     out = run(
         AddListItem,
@@ -937,11 +932,6 @@ def test_insert_rule_missing_function_and_one_line_def() -> None:
     assert out.module is None and out.changed == 0 and "one-line def" in out.notes[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: _add_import puts a new import above the module docstring "
-    "when the module has no imports, so __doc__ becomes None",
-)
 def test_insert_rule_import_keeps_module_docstring_first() -> None:
     import ast
 
