@@ -376,7 +376,7 @@ def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> R
         recipe,
         target,
         SATISFIED,
-        f"already admits {recipe.arch[0].name}: "
+        f"this release already does it for {recipe.arch[0].name}: "
         + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == "satisfied")
         + version_note,
         results,
