@@ -66,7 +66,7 @@ docs: venv
 
 ## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
 bench: venv
-	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/bench.py --write-doc
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache *.egg-info

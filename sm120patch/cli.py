@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,9 +24,13 @@ from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.commands_triage import diagnose_cmd, guard_cmd
 from sm120patch.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_archs, resolve_flashinfer
-from sm120patch.plan import BLOCKED, FAILED, REVERTED, RecipePlan
-from sm120patch.recipes import Recipe, load_recipes
-from sm120patch.targets import Target, discover, installed
+from sm120patch.plan import BLOCKED, FAILED, REVERTED
+from sm120patch.targets import discover, installed
+
+if TYPE_CHECKING:  # `--help` and usage errors must not pay for packaging/tomllib/libcst
+    from sm120patch.plan import RecipePlan
+    from sm120patch.recipes import Recipe
+    from sm120patch.targets import Target
 
 EXIT_INTERNAL = 3
 _STATUS_COLOUR = {
@@ -38,6 +42,13 @@ _STATUS_COLOUR = {
     "reverted": "magenta",
     "failed": "red",
 }
+
+
+def load_recipes(directory: Path | None = None) -> list[Recipe]:
+    """`recipes.load_recipes`, imported on first use (packaging, tomllib and the transforms)."""
+    from sm120patch.recipes import load_recipes as load
+
+    return load(directory)
 
 
 # --- shared options -------------------------------------------------------------------------

@@ -12,12 +12,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from sm120patch.errors import EXIT_USAGE, TargetError, UserError
-from sm120patch.recipes import Recipe, load_recipes
+
+if TYPE_CHECKING:
+    from sm120patch.recipes import Recipe
 
 RollbackFn = Callable[[Path, list[str]], list[str]]
 AppliedFn = Callable[[Path], set[str]]
@@ -33,6 +35,13 @@ def engine_hooks() -> tuple[AppliedFn, RollbackFn]:
     from sm120patch.engine import applied_recipes, rollback_recipes
 
     return applied_recipes, rollback_recipes
+
+
+def load_recipes(directory: Path | None = None) -> list[Recipe]:
+    """`recipes.load_recipes`, imported on first use: `sm120patch --help` does not need it."""
+    from sm120patch.recipes import load_recipes as load
+
+    return load(directory)
 
 
 def _recipes(directory: Path | None) -> list[Recipe]:

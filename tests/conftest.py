@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# every test run checks the planner's splice shortcut against a full regeneration
+os.environ.setdefault("SM120PATCH_CHECK_SPLICE", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
