@@ -70,13 +70,19 @@ def make_plan(
     """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`."""
     journal = Journal.open(target.root)
     plans = plan(target, recipes, arch, applied=applied_reasons(journal, target))
-    if probe is not None:
-        for p in plans:
-            if p.status == APPLICABLE:
-                failure = probe(p.recipe)
-                if failure is not None:
-                    p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
+    block_failing(plans, probe)
     return plans
+
+
+def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> None:
+    """Mark each applicable recipe whose probe fails `blocked`, with the rung and the reason."""
+    if probe is None:
+        return
+    for p in plans:
+        if p.status == APPLICABLE:
+            failure = probe(p.recipe)
+            if failure is not None:
+                p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
 
 
 def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[str]:

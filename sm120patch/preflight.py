@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.engine import Probe, applied_reasons
+from sm120patch.engine import Probe, applied_reasons, block_failing
 from sm120patch.gatekeeper import make_probe
 from sm120patch.journal import Journal
 from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan, plan_statuses
@@ -78,12 +78,7 @@ def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: P
     """`engine.make_plan`, with the statuses from the plan-result cache (`plan_statuses`)
     when the tree, the recipes and this tool are as they were: a warm pre-flight parses nothing."""
     plans = plan_statuses(t, recipes, archs, applied=applied_reasons(Journal.open(t.root), t))
-    if probe is not None:
-        for p in plans:
-            if p.status == APPLICABLE:
-                failure = probe(p.recipe)
-                if failure is not None:
-                    p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
+    block_failing(plans, probe)
     return plans
 
 

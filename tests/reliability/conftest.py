@@ -176,74 +176,14 @@ class Baseline:
 
 # --- a small fake SGLang tree (the shape of the gates, not SGLang code) ------------------------------
 
-COMMUNICATOR = """\
-from sglang.srt.utils import (
-    is_cuda,
-    is_sm90_supported,
-    is_sm100_supported,
-)
+from tests.unit.sglang_fakes import COMMUNICATOR, COMMUNICATOR_REL, MODEL_RUNNER_REL, SERVER_ARGS_REL, make_sglang  # noqa: E402
 
-_is_cuda = is_cuda()
-_is_sm90_supported = _is_cuda and is_sm90_supported()
-_is_sm100_supported = _is_cuda and is_sm100_supported()
-
-
-def apply_flashinfer_allreduce_fusion(batch_size: int) -> bool:
-    return (_is_sm90_supported or _is_sm100_supported) and 0 < batch_size <= 4096
-"""
-
-SERVER_ARGS = """\
-import logging
-
-from sglang.srt.utils import is_sm90_supported, is_sm100_supported
-
-logger = logging.getLogger(__name__)
-
-
-class ServerArgs:
-    def _handle_model_specific_adjustments(self):
-        if is_sm90_supported() or is_sm100_supported():
-            self.enable_flashinfer_allreduce_fusion = True
-
-    def _handle_moe_kernel_config(self):
-        if self.quantization == "fp8" and is_sm100_supported():
-            self.moe_runner_backend = "flashinfer_trtllm"
-"""
-
-MODEL_RUNNER = """\
-class ModelRunner:
-    def _should_run_flashinfer_autotune(self) -> bool:
-        backend = self.server_args.moe_runner_backend
-        return backend in [
-            "flashinfer_trtllm",
-            # "flashinfer_cutlass",
-            "flashinfer_mxfp4",
-        ]
-"""
-
-UTILS = "def is_cuda():\n    return True\n\n\ndef is_sm90_supported():\n    return False\n"
-
-FAKE_FILES = {
-    "sglang/__init__.py": "",
-    "sglang/version.py": '__version__ = "0.5.9"\n',
-    "sglang/srt/__init__.py": "",
-    "sglang/srt/utils.py": UTILS,
-    "sglang/srt/layers/__init__.py": "",
-    "sglang/srt/layers/communicator.py": COMMUNICATOR,
-    "sglang/srt/server_args.py": SERVER_ARGS,
-    "sglang/srt/model_executor/__init__.py": "",
-    "sglang/srt/model_executor/model_runner.py": MODEL_RUNNER,
-}
-COMMUNICATOR_REL = "sglang/srt/layers/communicator.py"
-SERVER_ARGS_REL = "sglang/srt/server_args.py"
-MODEL_RUNNER_REL = "sglang/srt/model_executor/model_runner.py"
+__all__ = ["COMMUNICATOR", "COMMUNICATOR_REL", "MODEL_RUNNER_REL", "SERVER_ARGS_REL"]
 
 
 def make_fake(root: Path) -> Path:
-    for rel, text in FAKE_FILES.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+    """The unit tests' fake tree (tests/unit/sglang_fakes.py), as a wheel-shaped folder."""
+    make_sglang(root)
     return root
 
 
