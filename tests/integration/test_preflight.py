@@ -1,0 +1,61 @@
+"""preflight on a real SGLang release and real FlashInfer trees, with no GPU (`--arch sm_120`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fetch_or_skip
+from tests.integration.fi_releases import unpacked
+
+pytestmark = pytest.mark.releases
+
+
+def _preflight(*args: str, env_cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(env_cache), "HOME": str(env_cache)}
+    return subprocess.run(
+        [sys.executable, "-m", "sm120patch", "preflight", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def test_preflight_names_blocked_recipe_and_rung(tmp_path: Path) -> None:
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "site")
+    fi = unpacked("flashinfer-python", "0.6.1")
+    args = (str(tree), "--arch", "sm_120", "--no-torch", "--flashinfer", str(fi), "--json")
+    cold = _preflight(*args, env_cache=tmp_path / "cache")
+    assert cold.returncode == 1, cold.stderr  # a recipe is blocked
+    report = json.loads(cold.stdout)
+    assert report["archs"] == ["sm_120"] and report["arch_source"] == "--arch"
+    assert report["machine"]["gpus"][0]["arch"] == "sm_120" and report["machine"]["overridden"] is True
+    assert report["targets"][0]["version"] == "0.5.9"
+    assert report["flashinfer"]["version"] == "0.6.1"
+    rows = {r["id"]: r for r in report["recipes"]}
+    ar = rows["sglang-allreduce-fusion-sm120"]
+    assert ar["status"] == "blocked" and ar["rung"] == "static" and "[9, 10]" in ar["reason"]
+    assert "upgrade FlashInfer" in ar["advice"]
+    at = rows["sglang-autotune-flashinfer-cutlass"]
+    assert at["status"] == "applicable" and at["probe"] and all(v["result"] == "pass" for v in at["probe"])
+    assert "sm120patch apply" in at["advice"]
+
+    warm = _preflight(*args, env_cache=tmp_path / "cache")  # plan and probe caches now warm
+    assert warm.returncode == 1
+    again = json.loads(warm.stdout)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "probe"} for r in rows]  # noqa: E731
+    assert strip(again["recipes"]) == strip(report["recipes"])
+
+    human = _preflight(*args[:-1], env_cache=tmp_path / "cache")
+    assert "blocked" in human.stdout and "planning for: sm_120 (--arch)" in human.stdout
+
+
+def test_preflight_with_new_flashinfer_blocks_nothing(tmp_path: Path) -> None:
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "site")
+    fi = unpacked("flashinfer-python", "0.6.17")
+    r = _preflight(
+        str(tree), "--arch", "sm_120", "--no-torch", "--flashinfer", str(fi), "--json", env_cache=tmp_path / "cache"
+    )
+    assert r.returncode == 0, r.stderr
+    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} == {"applicable"}
