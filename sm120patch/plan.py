@@ -143,7 +143,7 @@ class Workspace:
         are regenerated and spliced into it (`splice_code`); else the whole module."""
         text = self.text.get(path)
         if text is not None and text in self._generated.get(path, ()):
-            from sm120patch.transforms.base import splice_code
+            from sm120patch.transforms.rewrite import splice_code
 
             old = self._module[path].get(text)
             code = splice_code(old, text, module) if old is not None else None

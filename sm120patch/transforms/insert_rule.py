@@ -9,14 +9,13 @@ from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
-    ensure_bound,
-    is_docstring,
     leaf_identifier,
     need_str,
     need_str_list,
     string_value,
     unknown_keys,
 )
+from sm120patch.transforms.bindings import ensure_bound, is_docstring
 
 if TYPE_CHECKING:
     import libcst as cst

@@ -13,12 +13,11 @@ from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
-    ensure_bound,
     leaf_identifier,
     need_str,
-    rename_token,
     unknown_keys,
 )
+from sm120patch.transforms.bindings import ensure_bound, rename_token
 
 if TYPE_CHECKING:
     import libcst as cst

@@ -8,14 +8,13 @@ from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
-    ensure_bound,
     flatten_or,
     leaf_identifier,
     need_str,
     need_str_list,
-    rename_token,
     unknown_keys,
 )
+from sm120patch.transforms.bindings import ensure_bound, rename_token
 
 if TYPE_CHECKING:
     import libcst as cst

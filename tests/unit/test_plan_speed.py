@@ -23,7 +23,7 @@ from sm120patch.locate import PackageIndex
 from sm120patch.plan import plan, plan_statuses
 from sm120patch.recipes import load_recipes
 from sm120patch.targets import discover
-from sm120patch.transforms.base import find_functions, replace_nodes
+from sm120patch.transforms.rewrite import find_functions, replace_nodes
 from tests.unit.sglang_fakes import ALLREDUCE, SERVER_ARGS_REL, make_sglang
 
 NESTED = """\
