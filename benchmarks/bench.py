@@ -531,7 +531,7 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         "",
         "**preflight.** Cold, `preflight` is `plan` plus the probe ladder up to `spec`. Warm, probe verdicts "
         "come from the verdict cache and the plan statuses from a plan-result cache used by `preflight` only "
-        "(`plan` and `apply` always recompute; `plan.plan_statuses`). Its key holds this tool's code stamps, "
+        "(`plan` and `apply` always recompute; `plan_cache.plan_statuses`). Its key holds this tool's code stamps, "
         "the recipes (id, sha256), the archs, the target and its version, and the journal's applied set; the "
         "entry holds the (mode, size, mtime_ns, inode) of every file the plan read or looked for, present or "
         "not, with the sha256 of the files it read, and, when an edit searched the package, a hash of the "

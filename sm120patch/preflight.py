@@ -14,7 +14,8 @@ from sm120patch.arch import Arch
 from sm120patch.engine import Probe, applied_reasons, block_failing
 from sm120patch.gatekeeper import make_probe
 from sm120patch.journal import Journal
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan, plan_statuses
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan
+from sm120patch.plan_cache import plan_statuses
 from sm120patch.recipes import Recipe
 from sm120patch.targets import Target
 

@@ -18,9 +18,11 @@ import libcst as cst
 import pytest
 
 from sm120patch import plan as plan_mod
+from sm120patch import plan_cache
 from sm120patch.arch import parse_arch
 from sm120patch.locate import PackageIndex
-from sm120patch.plan import plan, plan_statuses
+from sm120patch.plan import plan
+from sm120patch.plan_cache import plan_statuses
 from sm120patch.recipes import load_recipes
 from sm120patch.targets import discover
 from sm120patch.transforms.rewrite import find_functions, replace_nodes
@@ -194,7 +196,8 @@ def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls[0] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(plan_mod, "_plan", counting)
+    monkeypatch.setattr(plan_mod, "_plan", counting)  # what plan() runs
+    monkeypatch.setattr(plan_cache, "_plan", counting)  # what plan_statuses() runs
     return calls
 
 
