@@ -125,11 +125,13 @@ def can_build_for(cuda: CudaToolkit, arch: Arch, family: bool = False) -> tuple[
     return True, f"CUDA {cuda.version} satisfies {want}"
 
 
-def _run(cmd: Sequence[str], timeout: float = TIMEOUT_S,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
+def _run(
+    cmd: Sequence[str], timeout: float = TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                              env=env, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -213,8 +215,9 @@ print(json.dumps(out))
 """
 
 
-def torch_info(python: str | None = None, gpus: bool = False,
-               timeout: float = TIMEOUT_S) -> tuple[TorchInfo, list[Gpu]]:
+def torch_info(
+    python: str | None = None, gpus: bool = False, timeout: float = TIMEOUT_S
+) -> tuple[TorchInfo, list[Gpu]]:
     """torch version, CUDA version and arch list as `python` sees them, in a subprocess."""
     python = python or sys.executable
     info = TorchInfo(python=python)
@@ -256,20 +259,26 @@ def find_cuda() -> CudaToolkit:
         p = _run([nvcc, "--version"])
         version = parse_nvcc_version(p.stdout) if p and p.returncode == 0 else None
         real = Path(nvcc).resolve()
-        homes = [real.parent.parent, *(Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH")
-                                       if os.environ.get(v)), Path("/usr/local/cuda")]
+        homes = [
+            real.parent.parent,
+            *(Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)),
+            Path("/usr/local/cuda"),
+        ]
         # nvcc on PATH may be a wrapper script: the toolkit is where the headers are
         home = next((h for h in homes if (h / "include" / "cuda_runtime.h").is_file()), None)
         return CudaToolkit(version, str(real), str(home) if home else None, source)
     return CudaToolkit()
 
 
-def detect(arch_override: Sequence[Arch] | None = None, python: str | None = None,
-           with_torch: bool = True, timeout: float = TIMEOUT_S) -> Machine:
+def detect(
+    arch_override: Sequence[Arch] | None = None,
+    python: str | None = None,
+    with_torch: bool = True,
+    timeout: float = TIMEOUT_S,
+) -> Machine:
     """Describe this machine; `arch_override` (from --arch) replaces GPU detection."""
     notes: list[str] = []
-    torch, torch_gpus = (torch_info(python, gpus=True, timeout=timeout) if with_torch
-                         else (None, []))
+    torch, torch_gpus = torch_info(python, gpus=True, timeout=timeout) if with_torch else (None, [])
     gpus: list[Gpu] = []
     driver: str | None = None
     if arch_override:

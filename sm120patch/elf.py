@@ -52,8 +52,7 @@ class FileArchs:
     error: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "kind": self.kind, "sass": self.sass, "ptx": self.ptx,
-                "error": self.error}
+        return {"path": self.path, "kind": self.kind, "sass": self.sass, "ptx": self.ptx, "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -121,10 +120,10 @@ def _sections(data: bytes, h: _Header) -> Iterator[tuple[str, int, int]]:
     if h.shstrndx >= len(rows):
         raise ElfError("bad section name table index")
     str_off, str_size = rows[h.shstrndx][4], rows[h.shstrndx][5]
-    names = data[str_off:str_off + str_size]
+    names = data[str_off : str_off + str_size]
     for r in rows:
         name_end = names.find(b"\0", r[0])
-        name = names[r[0]:name_end if name_end >= 0 else None].decode("ascii", "replace")
+        name = names[r[0] : name_end if name_end >= 0 else None].decode("ascii", "replace")
         sh_type, offset, size = r[1], r[4], r[5]
         if sh_type != 8:  # SHT_NOBITS has no bytes in the file
             yield name, offset, size
@@ -150,8 +149,9 @@ def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
             sm = struct.unpack_from("<I", blob, q + 28)[0]
             flags = struct.unpack_from("<Q", blob, q + 40)[0] if ehsize >= 48 else 0
             suffix = "f" if flags & _FLAG_FAMILY else "a" if flags & _FLAG_ARCH_SPECIFIC else ""
-            out.append(FatbinEntry(_KINDS.get(kind, f"kind{kind}"), sm, suffix,
-                                   bool(flags & 0x2000) or bool(flags & 0x8000)))
+            out.append(
+                FatbinEntry(_KINDS.get(kind, f"kind{kind}"), sm, suffix, bool(flags & 0x2000) or bool(flags & 0x8000))
+            )
             q += ehsize + psize
         pos = pos + hsize + fsize
     return out
@@ -163,7 +163,7 @@ def so_fatbin_entries(data: bytes) -> list[FatbinEntry]:
     out: list[FatbinEntry] = []
     for name, off, size in _sections(data, h):
         if name == FATBIN_SECTION:
-            out.extend(fatbin_entries(data[off:off + size]))
+            out.extend(fatbin_entries(data[off : off + size]))
     return out
 
 

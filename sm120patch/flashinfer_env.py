@@ -61,10 +61,11 @@ class FlashInferEnv:
             "source": self.source,
             "sys_path": str(self.sys_path) if self.sys_path else None,
             "dist_versions": self.dist_versions,
-            "cubin": {"present": self.cubin_dir is not None,
-                      "dir": str(self.cubin_dir) if self.cubin_dir else None},
-            "jit_cache": {"present": self.jit_cache_dir is not None,
-                          "dir": str(self.jit_cache_dir) if self.jit_cache_dir else None},
+            "cubin": {"present": self.cubin_dir is not None, "dir": str(self.cubin_dir) if self.cubin_dir else None},
+            "jit_cache": {
+                "present": self.jit_cache_dir is not None,
+                "dir": str(self.jit_cache_dir) if self.jit_cache_dir else None,
+            },
             "user_cache_dirs": [str(p) for p in self.user_cache_dirs],
             "error": self.error,
         }
@@ -77,11 +78,16 @@ def _literal_assign(path: Path, name: str) -> str | None:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else ([node.target] if isinstance(node, ast.AnnAssign) else [])
+        )
         for t in targets:
-            if (isinstance(t, ast.Name) and t.id == name and isinstance(node.value, ast.Constant)
-                    and isinstance(node.value.value, str)):
+            if (
+                isinstance(t, ast.Name)
+                and t.id == name
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 return node.value.value
     return None
 
@@ -139,8 +145,10 @@ def from_tree(path: str | os.PathLike[str], python: str | None = None) -> FlashI
     elif p.name == "flashinfer" and (p / "__init__.py").is_file():
         pkg = p
     else:
-        raise TargetError(f"{p}: no flashinfer/__init__.py here; give a FlashInfer clone, an "
-                          "unpacked wheel, or the flashinfer package folder")
+        raise TargetError(
+            f"{p}: no flashinfer/__init__.py here; give a FlashInfer clone, an "
+            "unpacked wheel, or the flashinfer package folder"
+        )
     sys_path = pkg.parent
     version = tree_version(pkg)
     env = FlashInferEnv(pkg, version, python, "tree", sys_path)
@@ -181,24 +189,28 @@ print(json.dumps(out))
 """
 
 
-def from_python(python: str | None = None, timeout: float = TIMEOUT_S,
-                extra_path: str | None = None) -> FlashInferEnv:
+def from_python(python: str | None = None, timeout: float = TIMEOUT_S, extra_path: str | None = None) -> FlashInferEnv:
     """The FlashInfer that `python` would import (located in a subprocess, never imported)."""
     python = python or sys.executable
     env_vars = dict(os.environ)
     if extra_path:
-        env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path,
-                                                                env_vars.get("PYTHONPATH")]))
+        env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, env_vars.get("PYTHONPATH")]))
     try:
-        p = subprocess.run([python, "-c", _LOCATE_SCRIPT], capture_output=True, text=True,
-                           timeout=timeout, env=env_vars, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            [python, "-c", _LOCATE_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env_vars,
+            stdin=subprocess.DEVNULL,
+        )
         out = json.loads(p.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
         return FlashInferEnv(None, None, python, error=f"{python}: cannot inspect ({e})")
     if "flashinfer" not in out:
-        return FlashInferEnv(None, None, python,
-                             error=f"{python}: flashinfer is not importable",
-                             dist_versions=out.get("dists", {}))
+        return FlashInferEnv(
+            None, None, python, error=f"{python}: flashinfer is not importable", dist_versions=out.get("dists", {})
+        )
     env = from_tree(out["flashinfer"])
     env.python, env.source = python, "installed"
     env.dist_versions = {**env.dist_versions, **out.get("dists", {})}

@@ -90,24 +90,24 @@ def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
         if k not in _KEYS:
             raise _fail(path, f"{kid}.{k}", "unknown key", f"use one of {', '.join(_KEYS)}")
         if not isinstance(v, _KEYS[k]) or isinstance(v, bool):
-            raise _fail(path, f"{kid}.{k}", f"is a {type(v).__name__}",
-                        f"give a {_KEYS[k].__name__}")
+            raise _fail(path, f"{kid}.{k}", f"is a {type(v).__name__}", f"give a {_KEYS[k].__name__}")
     for k in _REQUIRED:
         if k not in raw:
             raise _fail(path, f"{kid}.{k}", "is missing", "add it")
     file = PurePosixPath(raw["file"])
     if file.is_absolute() or ".." in file.parts or file.suffix != ".py":
-        raise _fail(path, f"{kid}.file", f"{raw['file']!r} is not a .py path inside the package",
-                    'give e.g. "jit/comm.py"')
+        raise _fail(
+            path, f"{kid}.file", f"{raw['file']!r} is not a .py path inside the package", 'give e.g. "jit/comm.py"'
+        )
     if not raw["generator"].isidentifier():
         raise _fail(path, f"{kid}.generator", "is not a Python identifier", "give a function name")
     run = raw.get("run", "")
     if run not in RUN_CHECKS:
-        raise _fail(path, f"{kid}.run", f"unknown check {run!r}",
-                    f"use one of {', '.join(repr(c) for c in RUN_CHECKS)}")
+        raise _fail(
+            path, f"{kid}.run", f"unknown check {run!r}", f"use one of {', '.join(repr(c) for c in RUN_CHECKS)}"
+        )
     absent: list[Arch] = []
-    for i, a in enumerate(_str_list(path, f"{kid}.must_be_absent_on",
-                                    raw.get("must_be_absent_on", []))):
+    for i, a in enumerate(_str_list(path, f"{kid}.must_be_absent_on", raw.get("must_be_absent_on", []))):
         try:
             absent.append(parse_arch(a))
         except UserError as e:

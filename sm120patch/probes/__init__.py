@@ -61,8 +61,10 @@ def _static(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
     majors = list(gate.majors)
     verb = "includes" if arch.major in majors else "excludes"
     result = "pass" if arch.major in majors else "fail"
-    return result, (f"static: {gate.where} passes supported_major_versions={majors}, "
-                    f"which {verb} major {arch.major} ({arch.name}); FlashInfer {fi.version}")
+    return result, (
+        f"static: {gate.where} passes supported_major_versions={majors}, "
+        f"which {verb} major {arch.major} ({arch.name}); FlashInfer {fi.version}"
+    )
 
 
 def _artifact(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
@@ -85,12 +87,13 @@ def _absent(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: int) -> Verdic
         scan = scan_cubins(fi.cubin_dir, kernel.cubin_globs)
         sm = arch.major * 10 + arch.minor
         if sm in scan.sms:
-            return "unknown", (f"artifact: kernels.toml says {kernel.id} is absent on {arch.name}, "
-                               f"but {scan.files_for(sm)[0]} holds sm_{sm}: update kernels.toml")
+            return "unknown", (
+                f"artifact: kernels.toml says {kernel.id} is absent on {arch.name}, "
+                f"but {scan.files_for(sm)[0]} holds sm_{sm}: update kernels.toml"
+            )
         if scan.files:
             rung = "artifact"
-            reason += (f"; artifact: {len(scan.files)} cubins in {fi.cubin_dir} are for "
-                       f"SM {scan.sms}, none for sm_{sm}")
+            reason += f"; artifact: {len(scan.files)} cubins in {fi.cubin_dir} are for SM {scan.sms}, none for sm_{sm}"
     return "fail", f"{rung}|{reason}"
 
 
@@ -101,17 +104,31 @@ def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str
         stamp = (st.st_mtime_ns, st.st_size) if st else None
     except OSError:
         stamp = None
-    return ProbeCache.key({
-        "kernel": repr(kernel), "arch": arch.name, "level": level,
-        "version": fi.version, "location": fi.location, "generator_file": stamp,
-        "python": fi.python, "sys_path": str(fi.sys_path), "source": fi.source,
-        "cubin": str(fi.cubin_dir), "jit_cache": str(fi.jit_cache_dir),
-    })
+    return ProbeCache.key(
+        {
+            "kernel": repr(kernel),
+            "arch": arch.name,
+            "level": level,
+            "version": fi.version,
+            "location": fi.location,
+            "generator_file": stamp,
+            "python": fi.python,
+            "sys_path": str(fi.sys_path),
+            "source": fi.source,
+            "cubin": str(fi.cubin_dir),
+            "jit_cache": str(fi.jit_cache_dir),
+        }
+    )
 
 
-def probe_kernel(kernel_id: str, arch: Arch, fi: FlashInferEnv, level: str = "spec",
-                 cache: ProbeCache | None = None,
-                 catalogue: dict[str, Kernel] | None = None) -> Verdict:
+def probe_kernel(
+    kernel_id: str,
+    arch: Arch,
+    fi: FlashInferEnv,
+    level: str = "spec",
+    cache: ProbeCache | None = None,
+    catalogue: dict[str, Kernel] | None = None,
+) -> Verdict:
     """Climb the ladder for one kernel and arch, up to `level` (default: safe without a GPU)."""
     if level not in LEVELS:
         raise UserError(f"--probe {level!r}: unknown level; use one of {', '.join(LEVELS)}")
@@ -119,23 +136,35 @@ def probe_kernel(kernel_id: str, arch: Arch, fi: FlashInferEnv, level: str = "sp
     kernel = get_kernel(kernel_id, catalogue)
 
     def done(result: str, rung: str, reason: str) -> Verdict:
-        return Verdict(kernel_id, arch.name, result, rung, reason,
-                       round(time.monotonic() - start, 3))
+        return Verdict(kernel_id, arch.name, result, rung, reason, round(time.monotonic() - start, 3))
 
     if not fi.found:
         return done("unknown", "none", fi.error or "FlashInfer not found")
     key = _cache_key(kernel, arch, fi, level) if cache else ""
     if cache and (hit := cache.get(key)):
-        return Verdict(kernel_id, arch.name, hit["result"], hit["rung"], hit["reason"],
-                       round(time.monotonic() - start, 3), cached=True)
+        return Verdict(
+            kernel_id,
+            arch.name,
+            hit["result"],
+            hit["rung"],
+            hit["reason"],
+            round(time.monotonic() - start, 3),
+            cached=True,
+        )
     verdict = _climb(kernel, arch, fi, LEVELS.index(level), cache, done)
     if cache and verdict.result in ("pass", "fail"):
         cache.put(key, verdict.to_dict())
     return verdict
 
 
-def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, top: int, cache: ProbeCache | None,
-           done: Callable[[str, str, str], Verdict]) -> Verdict:
+def _climb(
+    kernel: Kernel,
+    arch: Arch,
+    fi: FlashInferEnv,
+    top: int,
+    cache: ProbeCache | None,
+    done: Callable[[str, str, str], Verdict],
+) -> Verdict:
     if kernel.absent_on(arch):
         res, why = _absent(kernel, arch, fi, top)  # type: ignore[misc]
         if res == "fail":
@@ -166,9 +195,14 @@ def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, top: int, cache: Probe
     return done(result, rung, reason)
 
 
-def probe_recipe(needs: Sequence[str], archs: Sequence[Arch], fi: FlashInferEnv,
-                 level: str = "spec", cache: ProbeCache | None = None,
-                 catalogue: dict[str, Kernel] | None = None) -> list[Verdict]:
+def probe_recipe(
+    needs: Sequence[str],
+    archs: Sequence[Arch],
+    fi: FlashInferEnv,
+    level: str = "spec",
+    cache: ProbeCache | None = None,
+    catalogue: dict[str, Kernel] | None = None,
+) -> list[Verdict]:
     """One verdict per (need, arch); the recipe may stay only if `recipe_passes` says so."""
     return [probe_kernel(n, a, fi, level, cache, catalogue) for n in needs for a in archs]
 

@@ -27,8 +27,7 @@ class ArtifactScan:
         return [f.path for f in self.files if sm in f.sass]
 
     def to_dict(self) -> dict[str, object]:
-        return {"sms": self.sms, "files": len(self.files),
-                "errors": [f.to_dict() for f in self.files if f.error]}
+        return {"sms": self.sms, "files": len(self.files), "errors": [f.to_dict() for f in self.files if f.error]}
 
 
 def scan_paths(paths: Iterable[Path]) -> ArtifactScan:

@@ -65,8 +65,9 @@ def _judge(lib: Path, arch: Arch, where: str) -> tuple[str, str]:
     return "fail", f"build: {lib.name} built but holds SASS for {found.sass}, not sm_{sm} ({where})"
 
 
-def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
-                timeout: float = TIMEOUT_S) -> tuple[str, str]:
+def check_build(
+    kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S
+) -> tuple[str, str]:
     """(result, reason) of compiling the module for `arch`; reuses a finished build."""
     if not fi.python:
         return "unknown", "build: no Python interpreter to run this FlashInfer under"
@@ -90,8 +91,7 @@ def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
         env.setdefault("CUDA_HOME", cuda.home)
     args = [kernel.module, kernel.generator, json.dumps(dict(kernel.generator_kwargs))]
     try:
-        res = run_script(fi.python, SCRIPT, args, env, timeout,
-                         progress=f"building {kernel.id} for {arch.name}")
+        res = run_script(fi.python, SCRIPT, args, env, timeout, progress=f"building {kernel.id} for {arch.name}")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -52,8 +52,9 @@ print(json.dumps(out))
 CHECKS = {"rmsnorm": RMSNORM}
 
 
-def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
-              timeout: float = TIMEOUT_S) -> tuple[str, str]:
+def check_run(
+    kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S
+) -> tuple[str, str]:
     """(result, reason) of a numeric check on the real GPU."""
     if not kernel.run:
         return "unknown", f"run: {kernel.run_unavailable or 'no run check for this kernel'}"
@@ -62,9 +63,14 @@ def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
     ws = cache_root / "builds" / f"run-{fi.version}-{arch.name}"
     ws.mkdir(parents=True, exist_ok=True)
     sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
-    res = run_script(fi.python, CHECKS[kernel.run], [f"{arch.major}.{arch.minor}"],
-                     child_env(arch, sys_path, str(ws)), timeout,
-                     progress=f"running {kernel.run} on {arch.name}")
+    res = run_script(
+        fi.python,
+        CHECKS[kernel.run],
+        [f"{arch.major}.{arch.minor}"],
+        child_env(arch, sys_path, str(ws)),
+        timeout,
+        progress=f"running {kernel.run} on {arch.name}",
+    )
     p = res.payload or {}
     if res.timed_out:
         return "unknown", f"run: did not finish within {timeout:.0f} s"
@@ -74,5 +80,7 @@ def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
         return "fail", f"run: {kernel.run} raised {p.get('error') or res.stderr_tail[-300:]}"
     err = float(p["max_abs_err"])  # type: ignore[arg-type]
     verdict = "pass" if float(p["excess"]) <= 0 else "fail"  # type: ignore[arg-type]
-    return verdict, (f"run: {kernel.run} on {p.get('gpu')}: max abs error {err:.5f} vs a torch "
-                     f"reference (|err| <= 0.01 + 0.01*|ref| required) in {res.elapsed_s:.1f} s")
+    return verdict, (
+        f"run: {kernel.run} on {p.get('gpu')}: max abs error {err:.5f} vs a torch "
+        f"reference (|err| <= 0.01 + 0.01*|ref| required) in {res.elapsed_s:.1f} s"
+    )

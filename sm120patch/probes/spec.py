@@ -44,8 +44,7 @@ print(json.dumps(out))
 """
 
 
-def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv,
-               timeout: float = TIMEOUT_S) -> tuple[str, str]:
+def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = TIMEOUT_S) -> tuple[str, str]:
     """(result, reason) of calling the generator for `arch` under `fi.python`."""
     if not fi.python:
         return "unknown", "spec: no Python interpreter to run this FlashInfer tree under"
@@ -54,8 +53,7 @@ def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv,
         env = child_env(arch, sys_path, ws)
         args = [kernel.module, kernel.generator, json.dumps(dict(kernel.generator_kwargs))]
         res = run_script(fi.python, SCRIPT, args, env, timeout)
-    where = f"{kernel.module}.{kernel.generator}() with FLASHINFER_CUDA_ARCH_LIST=" \
-            f"{env['FLASHINFER_CUDA_ARCH_LIST']}"
+    where = f"{kernel.module}.{kernel.generator}() with FLASHINFER_CUDA_ARCH_LIST={env['FLASHINFER_CUDA_ARCH_LIST']}"
     if res.timed_out:
         return "unknown", f"spec: {where} did not finish within {timeout:.0f} s"
     p = res.payload

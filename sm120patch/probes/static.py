@@ -47,8 +47,9 @@ def _module_constants(tree: ast.Module) -> dict[str, ast.AST]:
     return out
 
 
-def _gate_in(fn: ast.FunctionDef, consts: dict[str, ast.AST], funcs: dict[str, ast.FunctionDef],
-             depth: int) -> tuple[tuple[int, ...] | None, int] | None:
+def _gate_in(
+    fn: ast.FunctionDef, consts: dict[str, ast.AST], funcs: dict[str, ast.FunctionDef], depth: int
+) -> tuple[tuple[int, ...] | None, int] | None:
     """First gate kwarg in `fn`, else in same-module functions it calls (one hop per depth)."""
     local = dict(consts)
     for node in ast.walk(fn):

@@ -42,8 +42,7 @@ def arch_list_value(arch: Arch, cuda_at_least_12_9: bool = True) -> str:
     return f"{arch.major}.{arch.minor}"
 
 
-def child_env(arch: Arch, sys_path: str | None, workspace: str,
-              cuda_at_least_12_9: bool = True) -> dict[str, str]:
+def child_env(arch: Arch, sys_path: str | None, workspace: str, cuda_at_least_12_9: bool = True) -> dict[str, str]:
     env = dict(os.environ)
     env["FLASHINFER_CUDA_ARCH_LIST"] = arch_list_value(arch, cuda_at_least_12_9)
     env["FLASHINFER_WORKSPACE_BASE"] = workspace  # keep FlashInfer's cache writes out of $HOME
@@ -59,15 +58,22 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     proc.wait()
 
 
-def run_script(python: str, script: str, args: list[str], env: dict[str, str],
-               timeout: float, progress: str | None = None) -> ChildResult:
+def run_script(
+    python: str, script: str, args: list[str], env: dict[str, str], timeout: float, progress: str | None = None
+) -> ChildResult:
     """Run `python -c script args...`; on Ctrl-C kill the whole group and re-raise."""
     start = time.monotonic()
     show = progress is not None and sys.stderr.isatty()
     try:
-        proc = subprocess.Popen([python, "-c", script, *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [python, "-c", script, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as e:
         return ChildResult(None, None, f"cannot start {python}: {e}", 0.0)
     timed_out = False
@@ -100,5 +106,4 @@ def run_script(python: str, script: str, args: list[str], env: dict[str, str],
             break
         except ValueError:
             continue
-    return ChildResult(payload, proc.returncode, (err or "").strip()[-800:],
-                       time.monotonic() - start, timed_out)
+    return ChildResult(payload, proc.returncode, (err or "").strip()[-800:], time.monotonic() - start, timed_out)
