@@ -232,7 +232,7 @@ import sys
 from pathlib import Path
 from sm120patch.guard import GuardOptions, run_guard
 from sm120patch.signatures import load_signatures
-opts = GuardOptions(command=[sys.executable, "-u", sys.argv[1]], target=Path(sys.argv[2]), timeout=10, grace=1)
+opts = GuardOptions(command=[sys.executable, "-u", sys.argv[1]], target=Path(sys.argv[2]), timeout=30, grace=15)
 sys.exit(run_guard(opts, recipes=[], rollback=lambda t, ids: ids, applied=lambda t: set(),
                    signatures=load_signatures()))
 """
@@ -250,13 +250,19 @@ def test_signals_to_guard_reach_the_whole_group(tmp_path: Path, sig: signal.Sign
         text=True,
     )
     try:
-        deadline = time.monotonic() + 5
+        # generous: on a loaded 2-core box the driver's start alone can take seconds, and a
+        # signal sent before guard installs its handlers would test Python, not guard
+        deadline = time.monotonic() + 60
         assert guard.stdout is not None
-        while time.monotonic() < deadline:
-            if READY in guard.stdout.readline():
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            line = guard.stdout.readline()
+            seen = READY in line
+            if not line and guard.poll() is not None:
                 break
+        assert seen, "the server never became ready under guard"
         guard.send_signal(sig)
-        code = guard.wait(timeout=5)
+        code = guard.wait(timeout=30)
     finally:
         if guard.poll() is None:
             guard.kill()
