@@ -43,11 +43,9 @@ def test_trtllm_comm_static(version: str, sm120: str) -> None:
 def test_cubin_wheel_has_sm100_family_and_no_sm12x() -> None:
     fi = from_tree(site_with_cubin("0.6.1", "0.6.1"))
     assert fi.cubin_dir is not None
-    t = time.monotonic()
     scan = scan_cubins(fi.cubin_dir)
     assert len(scan.files) > 1000 and not [f for f in scan.files if f.error]
     assert {100, 103} <= set(scan.sms) and not {120, 121} & set(scan.sms), scan.sms
-    assert time.monotonic() - t < 60
     for arch in (SM120, SM121):
         v = probe_kernel(GEN_MOE, arch, fi, "artifact")
         assert (v.result, v.rung) == ("fail", "artifact"), v
