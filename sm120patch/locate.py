@@ -86,16 +86,23 @@ class PackageIndex:
         raw = [n.encode() for n in needles]
         hits = []
         for p in paths:
-            data = self._text.get(p)
+            data = self._peek(p)
             if data is None:
-                try:
-                    data = p.read_bytes()
-                except OSError:
-                    continue
+                continue
             if any(n in data for n in raw):
                 self._text[p] = data
                 hits.append(p)
         return hits
+
+    def _peek(self, path: Path) -> bytes | None:
+        """A file's bytes, from what was kept or from disk (not kept: scans read many files)."""
+        data = self._text.get(path)
+        if data is None:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return None
+        return data
 
     def _scan(self, needles: set[str]) -> None:
         """One pass over the package for all `needles`; `def name(` needles share one regex."""
@@ -109,12 +116,9 @@ class PackageIndex:
         for n in needles:
             self._hits[n] = set()
         for p in self.files():
-            data = self._text.get(p)
+            data = self._peek(p)
             if data is None:
-                try:
-                    data = p.read_bytes()
-                except OSError:
-                    continue
+                continue
             found = {by_name[m] for m in rx.findall(data)} if rx is not None else set()
             found.update(n for n, b in plain if b in data)
             if found:
