@@ -7,18 +7,13 @@ an unknown key or a wrong type is a one-line error naming the file and the key.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sm120patch.arch import Arch, parse_arch
+from sm120patch.datafile import check_table, fail, str_list, tomllib
 from sm120patch.errors import RecipeError, UserError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 RUN_CHECKS = ("", "rmsnorm")
 
@@ -70,48 +65,31 @@ def default_catalogue() -> Path:
     return default_recipe_dir() / "kernels.toml"
 
 
-def _fail(path: Path, key: str, problem: str, fix: str) -> RecipeError:
-    return RecipeError(f"{path}: {key}: {problem}; {fix}")
-
-
-def _str_list(path: Path, key: str, value: list[Any]) -> tuple[str, ...]:
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise _fail(path, f"{key}[{i}]", "is not a non-empty string", "quote it")
-    return tuple(value)
-
-
 def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
     if not isinstance(raw, dict):
-        raise _fail(path, kid, "is not a table", f'write it as ["{kid}"]')
+        raise fail(path, kid, "is not a table", f'write it as ["{kid}"]')
     if ":" not in kid or not all(kid.split(":", 1)):
-        raise _fail(path, kid, "id is not package:name", 'name it like "flashinfer:trtllm_comm"')
-    for k, v in raw.items():
-        if k not in _KEYS:
-            raise _fail(path, f"{kid}.{k}", "unknown key", f"use one of {', '.join(_KEYS)}")
-        if not isinstance(v, _KEYS[k]) or isinstance(v, bool):
-            raise _fail(path, f"{kid}.{k}", f"is a {type(v).__name__}", f"give a {_KEYS[k].__name__}")
+        raise fail(path, kid, "id is not package:name", 'name it like "flashinfer:trtllm_comm"')
+    check_table(path, kid, raw, _KEYS)
     for k in _REQUIRED:
         if k not in raw:
-            raise _fail(path, f"{kid}.{k}", "is missing", "add it")
+            raise fail(path, f"{kid}.{k}", "is missing", "add it")
     file = PurePosixPath(raw["file"])
     if file.is_absolute() or ".." in file.parts or file.suffix != ".py":
-        raise _fail(
+        raise fail(
             path, f"{kid}.file", f"{raw['file']!r} is not a .py path inside the package", 'give e.g. "jit/comm.py"'
         )
     if not raw["generator"].isidentifier():
-        raise _fail(path, f"{kid}.generator", "is not a Python identifier", "give a function name")
+        raise fail(path, f"{kid}.generator", "is not a Python identifier", "give a function name")
     run = raw.get("run", "")
     if run not in RUN_CHECKS:
-        raise _fail(
-            path, f"{kid}.run", f"unknown check {run!r}", f"use one of {', '.join(repr(c) for c in RUN_CHECKS)}"
-        )
+        raise fail(path, f"{kid}.run", f"unknown check {run!r}", f"use one of {', '.join(repr(c) for c in RUN_CHECKS)}")
     absent: list[Arch] = []
-    for i, a in enumerate(_str_list(path, f"{kid}.must_be_absent_on", raw.get("must_be_absent_on", []))):
+    for i, a in enumerate(str_list(path, f"{kid}.must_be_absent_on", raw.get("must_be_absent_on", []))):
         try:
             absent.append(parse_arch(a))
         except UserError as e:
-            raise _fail(path, f"{kid}.must_be_absent_on[{i}]", str(e), "use sm_120 style") from e
+            raise fail(path, f"{kid}.must_be_absent_on[{i}]", str(e), "use sm_120 style") from e
     return Kernel(
         id=kid,
         title=raw["title"],
@@ -119,8 +97,8 @@ def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
         file=str(file),
         generator=raw["generator"],
         generator_kwargs=tuple(sorted(raw.get("generator_kwargs", {}).items())),
-        jit_modules=_str_list(path, f"{kid}.jit_modules", raw.get("jit_modules", [])),
-        cubin_globs=_str_list(path, f"{kid}.cubin_globs", raw.get("cubin_globs", [])),
+        jit_modules=str_list(path, f"{kid}.jit_modules", raw.get("jit_modules", [])),
+        cubin_globs=str_list(path, f"{kid}.cubin_globs", raw.get("cubin_globs", [])),
         must_be_absent_on=tuple(absent),
         run=run,
         run_unavailable=raw.get("run_unavailable", ""),

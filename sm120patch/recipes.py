@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -19,12 +18,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sm120patch.arch import Arch, parse_arch
+from sm120patch.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 PACKAGES = ("sglang", "flashinfer")
 
@@ -104,41 +99,11 @@ def default_recipe_dir() -> Path:
     return Path(str(resources.files("sm120patch") / "patches"))
 
 
-def _one_line(text: str) -> str:
-    """Names from a recipe may hold newlines (quoted TOML keys); an error stays one line."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
-def _fail(path: Path, key: str, problem: str, fix: str) -> RecipeError:
-    return RecipeError(_one_line(f"{path}: {key}: {problem}; {fix}"))
-
-
-def _check_type(path: Path, key: str, value: Any, want: type | tuple[type, ...]) -> None:
-    if isinstance(value, bool) and want is not bool:
-        raise _fail(path, key, "is a boolean", f"give a {_tname(want)}")
-    if not isinstance(value, want):
-        raise _fail(path, key, f"is a {type(value).__name__}", f"give a {_tname(want)}")
-
-
-def _tname(want: type | tuple[type, ...]) -> str:
-    names = {str: "string", list: "list", dict: "table", bool: "boolean (true/false)"}
-    if isinstance(want, tuple):
-        return " or ".join(names.get(w, w.__name__) for w in want)
-    return names.get(want, want.__name__)
-
-
-def _str_list(path: Path, key: str, value: list[Any]) -> tuple[str, ...]:
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise _fail(path, f"{key}[{i}]", "is not a non-empty string", "quote it")
-    return tuple(value)
-
-
 def _safe_hint(path: Path, key: str, hint: str) -> str:
     """File hints are package-relative POSIX paths: no absolute paths, no `..`."""
     p = PurePosixPath(hint)
     if p.is_absolute() or ".." in p.parts or "\\" in hint or hint.startswith("~"):
-        raise _fail(
+        raise fail(
             path,
             key,
             f"{hint!r} leaves the package",
@@ -152,22 +117,19 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
 
     key = f"edit[{i}]"
     if not isinstance(raw, dict):
-        raise _fail(path, key, "is not a table", "write it as [[edit]]")
-    for k, v in raw.items():
-        if k not in _EDIT_KEYS:
-            raise _fail(path, f"{key}.{k}", "unknown key", f"use one of {', '.join(_EDIT_KEYS)}")
-        _check_type(path, f"{key}.{k}", v, _EDIT_KEYS[k])
+        raise fail(path, key, "is not a table", "write it as [[edit]]")
+    check_table(path, key, raw, _EDIT_KEYS)
     transform, diff = raw.get("transform"), raw.get("diff")
     if (transform is None) == (diff is None):
-        raise _fail(path, key, "needs exactly one of 'transform' or 'diff'", "name a transform or a diff file")
-    files = tuple(_safe_hint(path, f"{key}.files", f) for f in _str_list(path, f"{key}.files", raw.get("files", [])))
-    functions = _str_list(path, f"{key}.functions", raw.get("functions", []))
+        raise fail(path, key, "needs exactly one of 'transform' or 'diff'", "name a transform or a diff file")
+    files = tuple(_safe_hint(path, f"{key}.files", f) for f in str_list(path, f"{key}.files", raw.get("files", [])))
+    functions = str_list(path, f"{key}.functions", raw.get("functions", []))
     params = raw.get("params", {})
     diff_path = None
     if transform is not None:
         cls = TRANSFORMS.get(transform)
         if cls is None:
-            raise _fail(
+            raise fail(
                 path,
                 f"{key}.transform",
                 f"unknown transform {transform!r}",
@@ -175,7 +137,7 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
             )
         problem = cls.check_params(params, functions)
         if problem:
-            raise _fail(path, f"{key}.params", problem, cls.PARAMS_HELP)
+            raise fail(path, f"{key}.params", problem, cls.PARAMS_HELP)
     else:
         rel = _safe_hint(path, f"{key}.diff", diff)
         diff_path = path.parent / rel
@@ -184,7 +146,7 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
         except OSError:  # e.g. a name longer than the filesystem allows
             exists = False
         if not exists:
-            raise _fail(
+            raise fail(
                 path, f"{key}.diff", f"{rel} does not exist next to the recipe", "add the diff file or fix the name"
             )
     name = raw.get("name") or transform or f"diff-{i}"
@@ -196,40 +158,30 @@ def load_recipe(path: Path) -> Recipe:
         blob = path.read_bytes()
     except OSError as e:
         raise RecipeError(f"{path}: cannot read ({e.strerror}); check the path and permissions") from None
-    try:
-        data = tomllib.loads(blob.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise RecipeError(f"{path}: not UTF-8; save the recipe as UTF-8") from None
-    except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{path}: invalid TOML ({_one_line(str(e))}); fix the syntax") from None
-    except RecursionError:
-        raise RecipeError(f"{path}: nested too deeply to be a recipe; fix the TOML") from None
-    for k, v in data.items():
-        if k not in _RECIPE_KEYS:
-            raise _fail(path, k, "unknown key", f"use one of {', '.join(_RECIPE_KEYS)}")
-        _check_type(path, k, v, _RECIPE_KEYS[k])
+    data = read_toml(path, blob, "the recipe")
+    check_table(path, "", data, _RECIPE_KEYS)
     for k in _REQUIRED:
         if k not in data:
-            raise _fail(path, k, "missing", "every recipe needs " + ", ".join(_REQUIRED))
+            raise fail(path, k, "missing", "every recipe needs " + ", ".join(_REQUIRED))
     rid = data["id"]
     if rid != path.stem:
-        raise _fail(path, "id", f"{rid!r} differs from the file name", f"rename the file to {rid}.toml or fix the id")
+        raise fail(path, "id", f"{rid!r} differs from the file name", f"rename the file to {rid}.toml or fix the id")
     if data["package"] not in PACKAGES:
-        raise _fail(path, "package", f"unknown package {data['package']!r}", f"use one of {', '.join(PACKAGES)}")
+        raise fail(path, "package", f"unknown package {data['package']!r}", f"use one of {', '.join(PACKAGES)}")
     try:
         versions = SpecifierSet(data["versions"])
     except InvalidSpecifier:
-        raise _fail(
+        raise fail(
             path, "versions", f"{data['versions']!r} is not a PEP 440 specifier", "write e.g. '>=0.5.5,<0.6'"
         ) from None
     arches = []
-    for i, a in enumerate(_str_list(path, "arch", data["arch"])):
+    for i, a in enumerate(str_list(path, "arch", data["arch"])):
         try:
             arches.append(parse_arch(a))
         except UserError:
-            raise _fail(path, f"arch[{i}]", f"{a!r} is not an architecture", "write e.g. sm_120") from None
+            raise fail(path, f"arch[{i}]", f"{a!r} is not an architecture", "write e.g. sm_120") from None
     if not data["edit"]:
-        raise _fail(path, "edit", "is empty", "add at least one [[edit]]")
+        raise fail(path, "edit", "is empty", "add at least one [[edit]]")
     edits = tuple(_load_edit(path, i, e) for i, e in enumerate(data["edit"]))
     return Recipe(
         id=rid,
@@ -241,8 +193,8 @@ def load_recipe(path: Path) -> Recipe:
         edits=edits,
         path=path,
         sha256=hashlib.sha256(blob).hexdigest(),
-        needs=_str_list(path, "needs", data.get("needs", [])),
-        crash_signatures=_str_list(path, "crash_signatures", data.get("crash_signatures", [])),
+        needs=str_list(path, "needs", data.get("needs", [])),
+        crash_signatures=str_list(path, "crash_signatures", data.get("crash_signatures", [])),
         advice=data.get("advice", "").strip(),
     )
 
