@@ -30,7 +30,8 @@ test-releases: venv
 
 lint: venv
 	$(VENV)/bin/ruff check sm120patch tests tools benchmarks
-	$(VENV)/bin/ruff format --check sm120patch tools
+	$(VENV)/bin/ruff format --check sm120patch tools benchmarks
+	$(PY) tools/check_tests.py
 
 ## reliability: kills, concurrency, hostile input and fuzz on real releases; renders docs/reliability.md
 reliability: venv

@@ -5,7 +5,6 @@ Plain functions over plain data; the CLI only parses flags and prints.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,10 +88,9 @@ def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[st
     """Files with uncommitted changes that are not our own applied changes."""
     if not target.is_git or not rels:
         return []
-    r = subprocess.run(
-        ["git", "status", "--porcelain", "--", *rels], cwd=target.root, capture_output=True, text=True, timeout=60
-    )
-    dirty = [line[3:].strip() for line in r.stdout.splitlines() if line.strip()]
+    from sm120patch.gitops import dirty_files
+
+    dirty = dirty_files(target.root, list(rels))
     return [d for d in dirty if not (journal.file(d) and file_state(journal, d) == "as-applied")]
 
 

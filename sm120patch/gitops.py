@@ -1,4 +1,9 @@
-"""Git targets: make the fresh clone to patch."""
+"""Every git operation sm120patch makes, through GitPython (imported on first use).
+
+One place, one way: the engine asks which files are dirty, the journal where a
+worktree keeps info/exclude, targets the `git describe` of a clone, plan whether a
+diff applies, and `clone`/`--commit` make clones and commits.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,53 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.errors import UserError
+
+TIMEOUT_S = 60.0
+
+
+def _run(cwd: Path, *args: str, timeout: float = TIMEOUT_S, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `git ARGS` in `cwd`; (-1, "", why) if git cannot start."""
+    import git
+
+    try:
+        code, out, err = git.Git(str(cwd)).execute(
+            ["git", *args], with_extended_output=True, with_exceptions=False, kill_after_timeout=timeout, env=env
+        )
+    except (git.GitCommandNotFound, OSError) as e:
+        return -1, "", str(e)
+    return int(code), str(out), str(err)
+
+
+def dirty_files(root: Path, rels: list[str]) -> list[str]:
+    """Which of `rels` have uncommitted changes (as `git status --porcelain` sees them)."""
+    code, out, _ = _run(root, "status", "--porcelain", "--", *rels)
+    if code != 0:
+        return []
+    return [line[3:].strip() for line in out.splitlines() if line.strip()]
+
+
+def git_path(root: Path, name: str) -> Path | None:
+    """Where git keeps `name` (e.g. info/exclude) for the repo at root: worktrees and submodules differ."""
+    code, out, _ = _run(root, "rev-parse", "--git-path", name, timeout=30)
+    return root / out.strip() if code == 0 and out.strip() else None
+
+
+def describe(root: Path) -> str | None:
+    code, out, _ = _run(root, "describe", "--tags", "--always", timeout=10)
+    return out.strip() if code == 0 else None
+
+
+def diff_applies(cwd: Path, patch: Path, *, reverse: bool = False, check: bool = True) -> bool:
+    """`git apply [--check] [--reverse] PATCH` to the files under `cwd`, a scratch folder; no fuzz.
+
+    Git must not take a repository above `cwd` (a TMPDIR inside a clone) for the one to patch."""
+    import os
+
+    flags = ["--check"] if check else []
+    flags += ["--reverse"] if reverse else []
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(cwd.resolve().parent)}
+    code, _, _ = _run(cwd, "apply", *flags, str(patch.resolve()), env=env)
+    return code == 0
 
 
 def split_ref(source: str) -> tuple[str, str | None]:

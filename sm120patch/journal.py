@@ -277,21 +277,12 @@ class Journal:
         if (self.root / ".git").is_dir():
             exclude = self.root / ".git" / "info" / "exclude"
         else:
-            import subprocess
+            from sm120patch.gitops import git_path
 
-            try:
-                r = subprocess.run(
-                    ["git", "rev-parse", "--git-path", "info/exclude"],
-                    cwd=self.root,
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-            except (OSError, subprocess.SubprocessError):
+            found = git_path(self.root, "info/exclude")
+            if found is None:
                 return
-            if r.returncode != 0 or not r.stdout.strip():
-                return
-            exclude = self.root / r.stdout.strip()
+            exclude = found
         exclude.parent.mkdir(parents=True, exist_ok=True)
         text = exclude.read_text() if exclude.exists() else ""
         if f"/{DIRNAME}/" not in text.splitlines():

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sm120patch.arch import Arch, parse_arch
-from sm120patch.datafile import check_table, fail, str_list, tomllib
+from sm120patch.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
 
 RUN_CHECKS = ("", "rmsnorm")
@@ -106,14 +106,13 @@ def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
 
 
 def load_kernels(path: Path | None = None) -> dict[str, Kernel]:
-    """Every kernel in the catalogue, by id."""
+    """Every kernel in the catalogue, by id (read with the same strict loader as recipes)."""
     path = path or default_catalogue()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        blob = path.read_bytes()
     except OSError as e:
-        raise UserError(f"{path}: cannot read the kernel catalogue ({e.strerror})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise RecipeError(f"{path}: not valid TOML: {e}") from e
+        raise RecipeError(f"{path}: cannot read the kernel catalogue ({e.strerror}); reinstall sm120patch") from None
+    data = read_toml(path, blob, "the kernel catalogue")
     return {kid: _load_kernel(path, kid, raw) for kid, raw in data.items()}
 
 

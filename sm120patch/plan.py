@@ -311,29 +311,24 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
     rels = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
     if not rels:
         return EditResult(edit.name, "error", [], f"{edit.diff_path}: no '+++ b/<path>' lines")
-    import subprocess
     import tempfile
 
+    from sm120patch.gitops import diff_applies
+
     with tempfile.TemporaryDirectory(prefix="sm120patch-diff-") as tmp:
-        scratch = Path(tmp)
+        scratch = Path(tmp) / "tree"
         for rel in rels:
             src = ws.target.package_dir / rel
             if not src.is_file():
                 return EditResult(edit.name, "missing", [], f"{rel} not in this release")
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
             (scratch / rel).write_text(ws.source(src), newline="")
-
-        def git_apply(*flags: str) -> bool:
-            r = subprocess.run(
-                ["git", "apply", *flags, "-"], cwd=scratch, input=patch.encode(), capture_output=True, timeout=60
-            )
-            return r.returncode == 0
-
-        if git_apply("--check"):
-            git_apply()
+        patch_file = edit.diff_path
+        if diff_applies(scratch, patch_file):
+            diff_applies(scratch, patch_file, check=False)
             for rel in rels:
                 ws.set(ws.target.package_dir / rel, (scratch / rel).read_text(newline=""))
             return EditResult(edit.name, "changed", [ws.target.rel(ws.target.package_dir / r) for r in rels])
-        if git_apply("--check", "--reverse"):
+        if diff_applies(scratch, patch_file, reverse=True):
             return EditResult(edit.name, "satisfied", [ws.target.rel(ws.target.package_dir / r) for r in rels])
     return EditResult(edit.name, "missing", [], f"{edit.diff_path.name} does not apply to this release")

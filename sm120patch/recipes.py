@@ -89,14 +89,12 @@ class Recipe:
 
 
 def default_recipe_dir() -> Path:
-    """`$SM120PATCH_RECIPES`, else the repo's patches/, else the copy shipped in the wheel."""
+    """`$SM120PATCH_RECIPES`, else this package's own data (importlib.resources), never a
+    `patches/` folder that merely happens to sit next to the installed package."""
     env = os.environ.get("SM120PATCH_RECIPES")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parent.parent / "patches"
-    if repo.is_dir():
-        return repo
-    return Path(str(resources.files("sm120patch") / "patches"))
+    return Path(str(resources.files("sm120patch.patches")))
 
 
 def _safe_hint(path: Path, key: str, hint: str) -> str:
@@ -205,6 +203,11 @@ def load_recipes(directory: Path | None = None, package: str | None = None) -> l
     if not root.is_dir():
         raise UserError(f"{root}: recipe folder not found; pass --recipes DIR or set SM120PATCH_RECIPES")
     recipes = [load_recipe(p) for p in sorted(root.glob("*/*.toml"))]
+    if not recipes:
+        raise RecipeError(
+            f"{root}: no recipes here (looked for <package>/<id>.toml); "
+            "pass --recipes DIR or fix SM120PATCH_RECIPES, or reinstall sm120patch"
+        )
     seen: dict[str, Path] = {}
     for r in recipes:
         if r.id in seen:

@@ -126,22 +126,11 @@ def read_version(package: str, pkg_dir: Path, git_root: Path | None) -> tuple[st
         if m:
             return m.group(1), str(pyproject)
     if git_root is not None:
-        import subprocess
+        from sm120patch.gitops import describe
 
-        try:
-            out = subprocess.run(
-                ["git", "describe", "--tags", "--always"],
-                cwd=git_root,
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout.strip()
-            m = re.search(r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)", out)
-            if m:
-                return m.group(1), "git describe"
-        except (OSError, subprocess.SubprocessError):
-            pass
+        m = re.search(r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)", describe(git_root) or "")
+        if m:
+            return m.group(1), "git describe"
     return None, "not found"
 
 

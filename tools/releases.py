@@ -16,11 +16,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 SGLANG_RELEASES = [f"0.5.{n}" for n in range(5, 24)]
 DIST = {"sglang": "sglang", "flashinfer": "flashinfer-python"}
+# PyPI distribution names that are one of our packages (so a tree is unpacked once)
+PACKAGE_OF = {"flashinfer-python": "flashinfer"}
 
 
 def cache_dir() -> Path:
@@ -28,48 +31,58 @@ def cache_dir() -> Path:
 
 
 def wheel(package: str, version: str) -> Path:
-    """The release's wheel, downloaded from PyPI on first use."""
+    """The release's wheel, downloaded from PyPI on first use (into a private folder, then
+    moved into the cache, so a parallel run never reads a wheel that is still arriving)."""
     dist = DIST.get(package, package)
     dl = cache_dir() / "pypi"
     dl.mkdir(parents=True, exist_ok=True)
     prefix = dist.replace("-", "_")
-    for pattern in (f"{prefix}-{version}-*.whl", f"{dist}-{version}-*.whl"):
-        hits = sorted(dl.glob(pattern))
-        if hits:
-            return hits[0]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "-q",
-        "--disable-pip-version-check",
-        "-d",
-        str(dl),
-        f"{dist}=={version}",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    hits = sorted(dl.glob(f"{prefix}-{version}-*.whl"))
-    if r.returncode != 0 or not hits:
-        raise RuntimeError(f"could not download {dist}=={version} from PyPI: {r.stderr.strip()[-400:]}")
-    return hits[0]
+    patterns = (f"{prefix}-{version}-*.whl", f"{dist}-{version}-*.whl")
+
+    def cached() -> Path | None:
+        hits = sorted(h for pat in patterns for h in dl.glob(pat))
+        return hits[0] if hits else None
+
+    if hit := cached():
+        return hit
+    with tempfile.TemporaryDirectory(dir=dl, prefix=".download.") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q"]
+        cmd += ["--disable-pip-version-check", "-d", tmp, f"{dist}=={version}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        got = sorted(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or not got:
+            raise RuntimeError(f"could not download {dist}=={version} from PyPI: {r.stderr.strip()[-400:]}")
+        os.replace(got[0], dl / got[0].name)
+    hit = cached()
+    assert hit is not None
+    return hit
 
 
 def pristine(package: str, version: str) -> Path:
-    """An unpacked wheel tree (holding `<package>/` and its dist-info); do not modify."""
+    """An unpacked wheel tree (holding `<package>/` and its dist-info); do not modify.
+
+    Unpacked into a private temporary folder and renamed into place, so two processes
+    (parallel test runs) that ask for the same release at once never see half a tree."""
+    package = PACKAGE_OF.get(package, package)
     dest = cache_dir() / "trees" / f"{package}-{version}"
-    done = dest / ".complete"
-    if not done.exists():
-        whl = wheel(package, version)
-        tmp = dest.with_name(dest.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
+    if (dest / ".complete").exists():
+        return dest
+    whl = wheel(package, version)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
         with zipfile.ZipFile(whl) as z:
             z.extractall(tmp)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-        done.touch()
+        (tmp / ".complete").touch()
+        if dest.exists() and not (dest / ".complete").exists():
+            shutil.rmtree(dest, ignore_errors=True)  # what a killed run of the old layout left
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / ".complete").exists():  # lost the race to a run that failed: give up loudly
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 

@@ -1,21 +1,22 @@
 """Real FlashInfer releases from PyPI, downloaded once into a cache outside the repo.
 
-`$SM120PATCH_CACHE/pypi` (default ~/.cache/sm120patch/pypi) holds the wheels, their unpacked
-trees, and one venv (CPU torch 2.13.0 + flashinfer-python 0.6.1) for the spec rung.
-In CI (CI=true) a download that fails fails the test; locally it skips.
+Wheels and unpacked trees come from tools/releases.py (one cache for tests, demo and bench);
+this adds what only the probe tests need: FlashInfer beside flashinfer-cubin, and one venv
+(CPU torch 2.13.0 + flashinfer-python 0.6.1) for the spec rung. A download that fails fails
+the test in CI and skips it elsewhere (`tests.conftest.unavailable`).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import pristine_or_skip, unavailable
+from tools import releases
 
 # What `import flashinfer.jit.comm` needs besides torch (0.6.1 .. 0.7.4, checked by hand):
 SPEC_VENV_DEPS = ("apache-tvm-ffi", "packaging", "nvidia-ml-py", "requests", "tqdm", "numpy")
@@ -24,46 +25,19 @@ SPEC_FI = "0.6.1"
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("SM120PATCH_CACHE") or Path.home() / ".cache/sm120patch") / "pypi"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why)
-    pytest.skip(why)
+    return releases.cache_dir() / "pypi"
 
 
 def wheel(dist: str, version: str) -> Path:
-    root = cache_root()
-    stem = dist.replace("-", "_") + f"-{version}-"
-    hits = sorted(root.glob(f"{stem}*.whl"))
-    if not hits:
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                            "--only-binary=:all:", f"{dist}=={version}", "-d", str(root)],
-                           capture_output=True, text=True, timeout=900)
-        hits = sorted(root.glob(f"{stem}*.whl"))
-        if p.returncode != 0 or not hits:
-            _unavailable(f"cannot download {dist}=={version}: {p.stderr.strip()[-400:]}")
-    return hits[0]
+    try:
+        return releases.wheel(dist, version)
+    except RuntimeError as e:
+        unavailable(str(e))
 
 
 def unpacked(dist: str, version: str) -> Path:
-    """The wheel's contents (a site-packages-like folder), unpacked once, atomically."""
-    dest = cache_root() / "unpacked" / f"{dist}-{version}"
-    if dest.is_dir():
-        return dest
-    whl = wheel(dist, version)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-    try:
-        with zipfile.ZipFile(whl) as z:
-            z.extractall(tmp)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+    """The wheel's contents (a site-packages-like folder), unpacked once, shared read-only."""
+    return pristine_or_skip(dist, version)
 
 
 def site_with_cubin(fi_version: str, cubin_version: str) -> Path:
@@ -90,7 +64,7 @@ def spec_venv() -> Path:
         p = subprocess.run([str(py), "-m", "pip", "install", "-q", *args], capture_output=True,
                            text=True, timeout=1200)
         if p.returncode != 0:
-            _unavailable(f"cannot build the spec venv ({' '.join(args)}): {p.stderr.strip()[-400:]}")
+            unavailable(f"cannot build the spec venv ({' '.join(args)}): {p.stderr.strip()[-400:]}")
     v = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
                        capture_output=True, text=True, timeout=300).stdout.strip()
     if not v.startswith("2.13.0"):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sm120patch.arch import parse_arch
 from sm120patch.flashinfer_env import from_python, from_tree
 from sm120patch.kernels import get_kernel
 from sm120patch.probes import ProbeCache, probe_kernel
+from sm120patch.probes import spec as spec_mod
 from sm120patch.probes.artifact import scan_cubins
 from sm120patch.probes.spec import check_spec
 from tests.integration.fi_releases import site_with_cubin, spec_venv, unpacked
@@ -57,6 +56,10 @@ def venv_python() -> str:
     return str(spec_venv())
 
 
+def _no_subprocess(*a: object, **k: object) -> None:
+    raise AssertionError("a cached verdict started a subprocess")
+
+
 def test_spec_rung_real_flashinfer_0_6_1(venv_python: str, tmp_path) -> None:
     fi = from_python(venv_python)
     assert fi.found and fi.version == "0.6.1" and fi.source == "installed"
@@ -69,9 +72,10 @@ def test_spec_rung_real_flashinfer_0_6_1(venv_python: str, tmp_path) -> None:
     cache = ProbeCache(tmp_path / "cache")
     v = probe_kernel(COMM, SM90, fi, "spec", cache)
     assert (v.result, v.rung) == ("pass", "spec"), v
-    t = time.perf_counter()
-    warm = probe_kernel(COMM, SM90, fi, "spec", cache)
-    assert warm.cached and time.perf_counter() - t < 0.05
+    with pytest.MonkeyPatch.context() as m:  # a warm verdict must not start FlashInfer again
+        m.setattr(spec_mod, "run_script", _no_subprocess)
+        warm = probe_kernel(COMM, SM90, fi, "spec", cache)
+    assert warm.cached and (warm.result, warm.rung) == ("pass", "spec")
     assert probe_kernel(COMM, SM120, fi, "spec").result == "fail"
 
 

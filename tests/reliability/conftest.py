@@ -17,12 +17,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from sm120patch.journal import DIRNAME
 from tools.releases import cache_dir
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIGURES: dict[str, int] = {}
 _FIG_LOCK = threading.Lock()
 _RAN: set[str] = set()
@@ -62,19 +64,98 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120, user: str | None = None):
-    """`python -m sm120patch ARGS` as a real process; returns CompletedProcess (text)."""
+    """`python -m sm120patch ARGS` as a real process; returns CompletedProcess (text).
+
+    With `user`, the process runs as that unprivileged user from `unprivileged_runtime()`, a
+    copy outside the clone: a clone in a private folder (`mktemp -d`, a home of mode 700)
+    is invisible to other users, and so is the editable install inside it."""
     cmd = [sys.executable, "-m", "sm120patch", *args]
-    if user:
-        pw = pwd.getpwnam(user)
-        cmd = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--", *cmd]
+    cwd = None
     full_env = {**os.environ, "NO_COLOR": "1"}
     for k in ("SM120PATCH_FAULT", "SM120PATCH_FAULT_TRACE", "SM120PATCH_DEBUG"):
         full_env.pop(k, None)
+    if user:
+        rt = unprivileged_runtime(user)
+        cmd = [*as_user(user), rt.python, "-s", "-m", "sm120patch", *args]
+        cwd = rt.root  # not the clone: `-m` puts the working folder first on sys.path
+        full_env.pop("VIRTUAL_ENV", None)
+        full_env.update(PYTHONPATH=rt.pythonpath, PYTHONNOUSERSITE="1")
     full_env.update(env or {})
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, start_new_session=True)
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, start_new_session=True, cwd=cwd
+    )
     if "Traceback" in r.stdout + r.stderr:
         count("tracebacks")
     return r
+
+
+def as_user(user: str) -> list[str]:
+    """The command prefix that runs what follows as `user` (root only)."""
+    pw = pwd.getpwnam(user)
+    return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"]
+
+
+class Runtime(NamedTuple):
+    python: str  # an interpreter the user may run
+    pythonpath: str  # sm120patch and its dependencies, in folders the user may read
+    root: Path
+
+
+_RUNTIMES: dict[str, Runtime] = {}
+
+
+def unprivileged_runtime(user: str) -> Runtime:
+    """sm120patch, its recipes and this venv's dependencies copied to a world-readable temp folder,
+    with an interpreter of the same Python version that `user` can start. Built once per session."""
+    if user in _RUNTIMES:
+        return _RUNTIMES[user]
+    import atexit
+    import shutil
+    import sysconfig
+    import tempfile
+
+    import sm120patch
+    from sm120patch.recipes import default_recipe_dir
+
+    root = Path(tempfile.mkdtemp(prefix="sm120patch-unprivileged-"))
+    atexit.register(shutil.rmtree, root, True)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    src, site = root / "src", root / "site"
+    shutil.copytree(Path(sm120patch.__file__).parent, src / "sm120patch", ignore=skip)
+    shutil.copytree(default_recipe_dir(), src / "sm120patch" / "patches", ignore=skip, dirs_exist_ok=True)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    own = ("__editable__", "sm120patch", "_sm120patch")
+    for item in purelib.iterdir():
+        if item.name.startswith(own) or item.name == "__pycache__":
+            continue
+        if item.is_dir():
+            shutil.copytree(item, site / item.name, ignore=skip, symlinks=True)
+        else:
+            site.mkdir(exist_ok=True)
+            shutil.copy2(item, site / item.name)
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for n in filenames:
+            p = Path(dirpath) / n
+            if not p.is_symlink():
+                os.chmod(p, 0o644)
+    pythonpath = f"{src}{os.pathsep}{site}"
+    want = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    candidates = [getattr(sys, "_base_executable", ""), shutil.which(f"python{want}") or "", f"/usr/bin/python{want}"]
+    probe = "import sys, libcst, click, sm120patch.cli; print('%d.%d' % sys.version_info[:2])"
+    for python in dict.fromkeys(c for c in candidates if c):
+        r = subprocess.run(
+            [*as_user(user), python, "-s", "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=root,
+            env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": pythonpath, "PYTHONNOUSERSITE": "1"},
+        )
+        if r.returncode == 0 and r.stdout.strip() == want:
+            _RUNTIMES[user] = Runtime(python, pythonpath, root)
+            return _RUNTIMES[user]
+    pytest.fail(f"no Python {want} that {user} may run among {candidates}; install one under /usr/bin")
 
 
 def assert_clean_failure(r: subprocess.CompletedProcess, *names: str) -> None:

@@ -315,3 +315,25 @@ def test_state_dir_fallback_logic(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     (tree / DIRNAME).mkdir()
     assert state_dir_for(tree) == tree / DIRNAME  # an existing journal folder wins
     assert Journal.open(tree).dir == tree / DIRNAME
+
+
+def test_unprivileged_runs_do_not_need_to_read_the_clone() -> None:
+    """`make test` in a private clone (mktemp -d, a home of mode 700): what `nobody` runs must
+    come from a copy outside it, never from the clone or its editable install."""
+    user = _as_nobody()
+    if not user:
+        pytest.skip("not root: the tests already run as an ordinary user, from the clone itself")
+    from tests.reliability.conftest import REPO_ROOT, as_user, unprivileged_runtime
+
+    rt = unprivileged_runtime(user)
+    assert not rt.root.resolve().is_relative_to(REPO_ROOT)
+    for entry in rt.pythonpath.split(os.pathsep):
+        assert not Path(entry).resolve().is_relative_to(REPO_ROOT), entry
+    code = "import sm120patch, sm120patch.recipes as r; print(sm120patch.__file__, len(r.load_recipes()))"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": rt.pythonpath, "PYTHONNOUSERSITE": "1"}
+    out = subprocess.run(
+        [*as_user(user), rt.python, "-s", "-c", code], capture_output=True, text=True, env=env, cwd=rt.root, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    where, n = out.stdout.split()
+    assert Path(where).is_relative_to(rt.root) and int(n) >= 1

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import pytest
 
-from sm120patch import cli as cli_mod
+from sm120patch import cli_common
 from sm120patch.cli import cli, main
 from tests.unit.sglang_fakes import (
     ALL_IDS,
@@ -224,8 +224,8 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return probe
 
-    monkeypatch.setattr(cli_mod, "resolve_flashinfer", lambda *a: None)
-    monkeypatch.setattr(cli_mod, "make_probe", make_probe)
+    monkeypatch.setattr(cli_common, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(cli_common, "make_probe", make_probe)
 
 
 @pytest.mark.usefixtures("failing_probe")
@@ -291,7 +291,7 @@ def test_internal_error_is_exit_3_without_traceback(sm, site: Path, monkeypatch:
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli_mod, "load_recipes", boom)
+    monkeypatch.setattr(cli_common, "load_recipes", boom)
     r = sm("plan", *NO_PROBE, site)
     assert r.code == 3 and "internal error: RuntimeError: kaboom" in r.err and "Traceback" not in r.err
     monkeypatch.setenv("SM120PATCH_DEBUG", "1")
@@ -303,7 +303,7 @@ def test_interrupt_is_130(sm, site: Path, monkeypatch: pytest.MonkeyPatch) -> No
     def interrupt(*a: object, **k: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_mod, "load_recipes", interrupt)
+    monkeypatch.setattr(cli_common, "load_recipes", interrupt)
     r = sm("plan", *NO_PROBE, site)
     assert r.code == 130 and "interrupted" in r.err
 

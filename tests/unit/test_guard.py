@@ -156,19 +156,21 @@ def test_crash_after_ready_is_reported_not_rolled_back(tmp_path: Path) -> None:
 
 
 def test_hang_times_out_and_is_stopped(tmp_path: Path) -> None:
-    r = Run(tmp_path, server(tmp_path, "print('loading'); spawn_children(); time.sleep(60)\n"), timeout=0.5)
+    body = "print('loading'); spawn_children(); time.sleep(60); (HERE / 'slept').touch()\n"
+    r = Run(tmp_path, server(tmp_path, body), timeout=0.5)
     assert r.code == 1 and r.calls == []
     assert "not ready after 0.5s" in r.log
     assert all(gone(p) for p in r.launches + pids(tmp_path, "children"))
-    assert r.seconds < 60  # stopped by guard, not by the server's own 60 s sleep ending
+    assert not (tmp_path / "slept").exists()  # stopped by guard, not by the server's own sleep ending
 
 
 def test_sigterm_ignored_escalates_to_sigkill(tmp_path: Path) -> None:
-    body = "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('stubborn'); time.sleep(60)\n"
+    body = "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('stubborn')\n"
+    body += "time.sleep(60); (HERE / 'slept').touch()\n"
     r = Run(tmp_path, server(tmp_path, body), timeout=0.5, grace=0.5)
     assert r.code == 1 and "sending SIGKILL" in r.log
     assert all(gone(p) for p in r.launches)
-    assert r.seconds < 60  # killed, not left to finish its 60 s sleep
+    assert not (tmp_path / "slept").exists()  # killed, not left to finish its sleep
 
 
 def test_children_of_a_crashed_server_are_not_orphaned(tmp_path: Path) -> None:

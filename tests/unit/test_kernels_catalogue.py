@@ -52,8 +52,19 @@ def test_bad_file_and_missing(tmp_path) -> None:
         load_kernels(_write(tmp_path, BASE.replace("jit/x.py", "../x.py")))
     with pytest.raises(RecipeError, match="generator: is missing"):
         load_kernels(_write(tmp_path, BASE.replace('generator = "gen_x"\n', "")))
-    with pytest.raises(RecipeError, match="not valid TOML"):
+    with pytest.raises(RecipeError, match="invalid TOML"):
         load_kernels(_write(tmp_path, "[[[ nope"))
+    with pytest.raises(RecipeError, match="cannot read"):
+        load_kernels(tmp_path / "absent.toml")
+
+
+def test_non_utf8_catalogue_is_a_usage_error(tmp_path) -> None:
+    """The CLI's view: a catalogue that is not UTF-8 is the user's file to fix (exit 2), not a bug."""
+    bad = tmp_path / "kernels.toml"
+    bad.write_bytes(BASE.encode() + b"# caf\xe9\n")
+    with pytest.raises(RecipeError, match="not UTF-8") as e:
+        load_kernels(bad)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
 
 
 def test_unknown_need() -> None:

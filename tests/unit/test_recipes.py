@@ -227,6 +227,37 @@ def test_load_recipes_folder_rules(tmp_path: Path) -> None:
     assert "package" in str(ei.value) and "flashinfer/" in str(ei.value) and "\n" not in str(ei.value)
 
 
+def test_empty_recipe_folder_fails_loudly(tmp_path: Path) -> None:
+    (tmp_path / "sglang").mkdir()
+    with pytest.raises(RecipeError, match="no recipes here") as e:
+        load_recipes(tmp_path)
+    assert str(tmp_path) in str(e.value)
+
+
+def test_installed_copy_reads_its_own_data_not_a_stray_patches_folder(tmp_path: Path) -> None:
+    """A wheel-like install: site/sm120patch/ with its data in sm120patch/patches/, and an
+    unrelated, empty site/patches/ beside it (another package's). The catalogue is still ours."""
+    import shutil
+    import subprocess
+    import sys
+
+    pkg = Path(__import__("sm120patch").__file__).parent
+    site = tmp_path / "site"
+    shutil.copytree(pkg, site / "sm120patch", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(default_recipe_dir(), site / "sm120patch" / "patches", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "patches" / "sglang").mkdir(parents=True)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "SM120PATCH_RECIPES"}
+    env["PYTHONPATH"] = str(site)
+    code = "import sm120patch.recipes as r; print(r.default_recipe_dir()); print(len(r.load_recipes()))"
+    out = subprocess.run(
+        [sys.executable, "-s", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    where, count = out.stdout.split()
+    assert Path(where) == site / "sm120patch" / "patches"
+    assert int(count) == len(CATALOGUE_IDS)
+
+
 def test_overlong_diff_name_is_a_recipe_error(tmp_path: Path) -> None:
     expect_error(write(tmp_path, GOOD.split("[[edit]]")[0] + f'[[edit]]\ndiff = "{"a" * 300}.diff"\n'), "edit[0].diff")
 

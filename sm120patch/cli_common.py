@@ -1,0 +1,185 @@
+"""What every `sm120patch` command shares: options, how targets and probes are chosen, output.
+
+Kept light: `--help` and usage errors must not pay for packaging, tomllib or libcst,
+so what planning needs is imported inside the functions that plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sm120patch.arch import DEFAULT, KNOWN, Arch
+from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
+from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_flashinfer
+from sm120patch.plan import BLOCKED, FAILED, REVERTED
+from sm120patch.targets import discover, installed
+
+if TYPE_CHECKING:
+    from sm120patch.plan import RecipePlan
+    from sm120patch.recipes import Recipe
+    from sm120patch.targets import Target
+
+_STATUS_COLOUR = {
+    "applicable": "yellow",
+    "satisfied": "green",
+    "not-applicable": "bright_black",
+    "blocked": "red",
+    "applied": "cyan",
+    "reverted": "magenta",
+    "failed": "red",
+}
+
+
+def load_recipes(directory: Path | None = None) -> list[Recipe]:
+    """`recipes.load_recipes`, imported on first use (packaging, tomllib and the transforms)."""
+    from sm120patch.recipes import load_recipes as load
+
+    return load(directory)
+
+
+# --- shared options -------------------------------------------------------------------------
+
+
+def arch_option(f: Any) -> Any:
+    return click.option(
+        "--arch",
+        "arch",
+        multiple=True,
+        metavar="ARCH",
+        help=f"GPU architecture to plan for ({', '.join(KNOWN)}); repeat for mixed GPUs. "
+        f"Default: the GPUs NVML/nvidia-smi see, else {DEFAULT}.",
+    )(f)
+
+
+def probe_options(default: str) -> Any:
+    def deco(f: Any) -> Any:
+        f = click.option(
+            "--probe",
+            "--probe-level",
+            "level",
+            type=click.Choice(PROBE_LEVELS),
+            default=default,
+            show_default=True,
+            help="How far up the probe ladder to check that a recipe's kernels exist: static (read "
+            "FlashInfer's source), artifact (prebuilt cubins), spec (ask FlashInfer, no GPU), build "
+            "(nvcc), run (GPU). 'none' skips the check.",
+        )(f)
+        f = click.option(
+            "--flashinfer",
+            "flashinfer",
+            type=click.Path(path_type=Path),
+            metavar="PATH",
+            help="FlashInfer tree to probe (default: next to the target, else what --python imports).",
+        )(f)
+        return click.option(
+            "--python",
+            "python",
+            metavar="EXE",
+            help="Interpreter of the server's environment (default: this one).",
+        )(f)
+
+    return deco
+
+
+def target_options(f: Any) -> Any:
+    f = click.option(
+        "--installed", is_flag=True, help="Use the copy the current Python imports (found without importing it)."
+    )(f)
+    f = click.option(
+        "--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package, when PATH holds several."
+    )(f)
+    return click.argument("path", required=False, type=click.Path(path_type=Path))(f)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+recipes_option = click.option(
+    "--recipes",
+    "recipe_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Recipe folder (default: the built-in catalogue, or $SM120PATCH_RECIPES).",
+)
+
+
+def targets_for(path: Path | None, installed_flag: bool, package: str | None) -> list[Target]:
+    if installed_flag:
+        if path is not None:
+            raise UserError("give PATH or --installed, not both")
+        return [installed(package or "sglang")]
+    if path is None:
+        raise UserError("missing PATH: give the folder of an SGLang/FlashInfer clone or install, or --installed")
+    return discover(path, package)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def report(
+    archs: Sequence[Arch],
+    targets: Sequence[Target],
+    plans: Sequence[RecipePlan],
+    as_json: bool,
+    show_diff: bool,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    if as_json:
+        emit_json(
+            {
+                "arch": ",".join(a.name for a in archs),
+                "targets": [t.to_dict() for t in targets],
+                "recipes": [p.to_dict() for p in plans],
+                **(extra or {}),
+            }
+        )
+    else:
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        for t in targets:
+            click.echo(
+                f"{t.package} {t.version or '(version unknown)'} at {t.root} "
+                f"[version from {t.version_source}] for {', '.join(a.name for a in archs)}"
+            )
+        width = max((len(p.recipe.id) for p in plans), default=0)
+        for p in plans:
+            status = f"{p.status:<14}"
+            if colour:
+                status = click.style(status, fg=_STATUS_COLOUR.get(p.status))
+            click.echo(f"  {status} {p.recipe.id:<{width}}  {p.reason}")
+        if show_diff:
+            from sm120patch.diffs import colour as paint
+
+            for p in plans:
+                d = p.diff()
+                if d:
+                    click.echo("")
+                    click.echo(paint(d) if colour else d, nl=False)
+    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED) for p in plans) else EXIT_OK
+
+
+def make_tree_probe(
+    targets: Sequence[Target], archs: Sequence[Arch], level: str, flashinfer: Path | None, python: str | None
+) -> Any:
+    if level == "none":
+        return None
+    return make_probe(archs, resolve_flashinfer(targets, flashinfer, python), level)
+
+
+def installed_for(python: str | None, package: str) -> Target:
+    """The package `python` imports (this interpreter by default), located without importing it."""
+    if python is None:
+        return installed(package)
+    import subprocess
+
+    code = f"import importlib.util as u; s = u.find_spec({package!r}); print(list(s.submodule_search_locations)[0])"
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise UserError(f"{python}: {package} is not installed there; give PATH or another --python")
+    pkg = Path(r.stdout.strip().splitlines()[-1])
+    return discover(pkg.parent, package)[0]

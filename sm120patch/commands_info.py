@@ -1,0 +1,154 @@
+"""Read-only commands: the recipe catalogue, the probe ladder, the pre-flight report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sm120patch import cli_common as common
+from sm120patch.cli_common import (
+    arch_option,
+    emit_json,
+    installed_for,
+    json_option,
+    probe_options,
+    recipes_option,
+)
+from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
+from sm120patch.gatekeeper import resolve_archs, resolve_flashinfer
+from sm120patch.plan import BLOCKED, FAILED
+from sm120patch.targets import discover
+
+if TYPE_CHECKING:
+    from sm120patch.recipes import Recipe
+
+
+@click.command("recipes")
+@recipes_option
+@json_option
+def recipes_cmd(recipe_dir: Path | None, as_json: bool) -> None:
+    """List the recipe catalogue: what each opens, for which versions and GPUs, and why."""
+    recipes = common.load_recipes(recipe_dir)
+    if as_json:
+        emit_json({"recipes": [_recipe_dict(r) for r in recipes]})
+        return
+    for r in recipes:
+        click.echo(f"{r.id}  ({r.package} {r.versions}; {', '.join(a.name for a in r.arch)})")
+        click.echo(f"  {r.title}")
+        for line in r.why.splitlines():
+            click.echo(f"    {line}")
+        if r.needs:
+            click.echo(f"  needs: {', '.join(r.needs)}")
+        click.echo(f"  edits: {', '.join(e.name for e in r.edits)}")
+        click.echo("")
+
+
+def _recipe_dict(r: Recipe) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "package": r.package,
+        "title": r.title,
+        "why": r.why,
+        "versions": str(r.versions),
+        "arch": [a.name for a in r.arch],
+        "needs": list(r.needs),
+        "crash_signatures": list(r.crash_signatures),
+        "advice": r.advice,
+        "edits": [e.name for e in r.edits],
+        "path": str(r.path),
+        "sha256": r.sha256,
+    }
+
+
+@click.command("probe")
+@click.argument("kernels", nargs=-1, metavar="KERNEL...")
+@arch_option
+@probe_options("spec")
+@json_option
+def probe_cmd(
+    kernels: tuple[str, ...],
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    as_json: bool,
+) -> None:
+    """Climb the probe ladder for kernels (default: every kernel in the catalogue).
+
+    \b
+    sm120patch probe flashinfer:trtllm_comm --arch sm_120
+    sm120patch probe flashinfer:norm --probe run        (on the GPU box)
+    """
+    from sm120patch.kernels import load_kernels
+    from sm120patch.probes import ProbeCache, probe_kernel
+
+    catalogue = load_kernels()
+    names = list(kernels) or sorted(catalogue)
+    unknown = [k for k in names if k not in catalogue]
+    if unknown:
+        raise UserError(f"{', '.join(unknown)}: not in the kernel catalogue; known: {', '.join(sorted(catalogue))}")
+    if level == "none":
+        raise UserError("--probe none probes nothing; pick a rung: static, artifact, spec, build or run")
+    archs, arch_note = resolve_archs(arch)
+    fi = resolve_flashinfer([], flashinfer, python)
+    if not fi.found:
+        raise UserError(f"no FlashInfer to probe ({fi.error}); pass --flashinfer PATH or --python EXE")
+    cache = ProbeCache()
+    verdicts = [probe_kernel(k, a, fi, level, cache) for k in names for a in archs]
+    if as_json:
+        emit_json(
+            {
+                "flashinfer": fi.to_dict(),
+                "archs": [a.name for a in archs],
+                "level": level,
+                "verdicts": [v.to_dict() for v in verdicts],
+            }
+        )
+    else:
+        click.echo(f"FlashInfer {fi.version} at {fi.location}; {', '.join(a.name for a in archs)} ({arch_note})")
+        for v in verdicts:
+            click.echo(f"  {v.result:<8} {v.kernel:<36} {v.arch:<7} {v.rung:<9} {v.elapsed_s:6.2f}s  {v.reason}")
+    sys.exit(EXIT_OK if all(v.result == "pass" for v in verdicts) else EXIT_FAILED)
+
+
+@click.command("preflight")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package.")
+@arch_option
+@probe_options("spec")
+@recipes_option
+@click.option("--no-torch", is_flag=True, help="Skip asking torch (in a subprocess) for its CUDA and arch list.")
+@json_option
+def preflight_cmd(
+    path: Path | None,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    no_torch: bool,
+    as_json: bool,
+) -> None:
+    """What will sm120patch do on this box? GPUs, driver, CUDA, torch, the SGLang and
+    FlashInfer it would patch and probe, and per recipe: status, probe verdict, rung, advice.
+
+    PATH defaults to the SGLang installed for --python (or this interpreter). Works
+    without a GPU: `sm120patch preflight --arch sm_120`.
+    """
+    from sm120patch.preflight import preflight, render
+
+    recipes = common.load_recipes(recipe_dir)
+    targets = [installed_for(python, package or "sglang")] if path is None else discover(path, package)
+    archs, arch_note = resolve_archs(arch)
+    fi = resolve_flashinfer(targets, flashinfer, python)
+    report = preflight(targets, recipes, archs, arch_note, fi, level, with_torch=not no_torch, python=python)
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(render(report))
+    blocked = any(r["status"] in (BLOCKED, FAILED) for r in report["recipes"])
+    sys.exit(EXIT_FAILED if blocked else EXIT_OK)
