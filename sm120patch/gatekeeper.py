@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sm120patch.arch import DEFAULT, Arch, parse_arch
+from sm120patch.rungs import LEVELS as PROBE_LEVELS
 
 if TYPE_CHECKING:  # the CLI imports this module at start: keep it light
     from sm120patch.engine import Probe, ProbeFailure
     from sm120patch.recipes import Recipe
     from sm120patch.targets import Target
 
-PROBE_LEVELS = ("none", "static", "artifact", "spec", "build", "run")
+__all__ = ["PROBE_LEVELS", "make_probe", "resolve_archs", "resolve_flashinfer"]
 
 
 def resolve_archs(given: Sequence[str]) -> tuple[list[Arch], str]:

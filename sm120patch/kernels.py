@@ -7,6 +7,7 @@ an unknown key or a wrong type is a one-line error naming the file and the key.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -16,6 +17,9 @@ from sm120patch.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
 
 RUN_CHECKS = ("", "rmsnorm")
+# how the static rung reads the generator: its supported_major_versions (majors), a generator
+# FlashInfer deliberately builds for every arch (none), or only that the function exists (symbol)
+GATES = ("majors", "none", "symbol")
 
 _KEYS: dict[str, type] = {
     "title": str,
@@ -28,8 +32,33 @@ _KEYS: dict[str, type] = {
     "must_be_absent_on": list,
     "run": str,
     "run_unavailable": str,
+    "gate": str,
+    "source_checks": list,
 }
 _REQUIRED = ("title", "why", "file", "generator")
+_CHECK_KEYS: dict[str, type] = {
+    "file": str,
+    "requires": str,
+    "forbids": str,
+    "archs": list,
+    "finding": str,
+    "fix": str,
+}
+_CHECK_OPTIONAL = ("forbids",)
+
+
+@dataclass(frozen=True)
+class SourceCheck:
+    """A fact of host code no cubin shows (a launch configuration the arch cannot run), read
+    from FlashInfer's source: where the arch is in `archs`, `requires` (a regex) must match
+    `file` and `forbids` (a regex, optional) must not (the fixed value the fix replaced)."""
+
+    file: str  # relative to the flashinfer/ package, e.g. "data/include/flashinfer/comm/x.cuh"
+    requires: str
+    archs: tuple[Arch, ...]
+    finding: str  # what it means when the regex does not match
+    fix: str  # the upstream fix that makes it match
+    forbids: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +74,8 @@ class Kernel:
     must_be_absent_on: tuple[Arch, ...] = ()
     run: str = ""
     run_unavailable: str = ""
+    gate: str = "majors"
+    source_checks: tuple[SourceCheck, ...] = ()
 
     @property
     def package(self) -> str:
@@ -84,12 +115,13 @@ def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
     run = raw.get("run", "")
     if run not in RUN_CHECKS:
         raise fail(path, f"{kid}.run", f"unknown check {run!r}", f"use one of {', '.join(repr(c) for c in RUN_CHECKS)}")
-    absent: list[Arch] = []
-    for i, a in enumerate(str_list(path, f"{kid}.must_be_absent_on", raw.get("must_be_absent_on", []))):
-        try:
-            absent.append(parse_arch(a))
-        except UserError as e:
-            raise fail(path, f"{kid}.must_be_absent_on[{i}]", str(e), "use sm_120 style") from e
+    absent = _archs(path, f"{kid}.must_be_absent_on", raw.get("must_be_absent_on", []))
+    gate = raw.get("gate", "majors")
+    if gate not in GATES:
+        raise fail(path, f"{kid}.gate", f"unknown gate {gate!r}", f"use one of {', '.join(GATES)}")
+    checks = tuple(
+        _source_check(path, f"{kid}.source_checks[{i}]", c) for i, c in enumerate(raw.get("source_checks", []))
+    )
     return Kernel(
         id=kid,
         title=raw["title"],
@@ -99,10 +131,41 @@ def _load_kernel(path: Path, kid: str, raw: Any) -> Kernel:
         generator_kwargs=tuple(sorted(raw.get("generator_kwargs", {}).items())),
         jit_modules=str_list(path, f"{kid}.jit_modules", raw.get("jit_modules", [])),
         cubin_globs=str_list(path, f"{kid}.cubin_globs", raw.get("cubin_globs", [])),
-        must_be_absent_on=tuple(absent),
+        must_be_absent_on=absent,
         run=run,
         run_unavailable=raw.get("run_unavailable", ""),
+        gate=gate,
+        source_checks=checks,
     )
+
+
+def _archs(path: Path, key: str, values: list[Any]) -> tuple[Arch, ...]:
+    out = []
+    for i, a in enumerate(str_list(path, key, values)):
+        try:
+            out.append(parse_arch(a))
+        except UserError as e:
+            raise fail(path, f"{key}[{i}]", str(e), "use sm_120 style") from e
+    return tuple(out)
+
+
+def _source_check(path: Path, key: str, raw: Any) -> SourceCheck:
+    if not isinstance(raw, dict):
+        raise fail(path, key, "is not a table", "write it as an inline table {file = ..., requires = ...}")
+    check_table(path, key, raw, _CHECK_KEYS)
+    for k in _CHECK_KEYS:
+        if k not in raw and k not in _CHECK_OPTIONAL:
+            raise fail(path, f"{key}.{k}", "is missing", f"give {', '.join(_CHECK_KEYS)}")
+    file = PurePosixPath(raw["file"])
+    if file.is_absolute() or ".." in file.parts:
+        raise fail(path, f"{key}.file", f"{raw['file']!r} leaves the package", "give a path inside flashinfer/")
+    for k in ("requires", "forbids"):
+        try:
+            re.compile(raw.get(k, ""))
+        except re.error as e:
+            raise fail(path, f"{key}.{k}", f"not a regular expression ({e})", "fix the pattern") from None
+    archs = _archs(path, f"{key}.archs", raw["archs"])
+    return SourceCheck(str(file), raw["requires"], archs, raw["finding"], raw["fix"], raw.get("forbids", ""))
 
 
 def load_kernels(path: Path | None = None) -> dict[str, Kernel]:

@@ -17,6 +17,7 @@ from sm120patch.journal import Journal
 from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan
 from sm120patch.plan_cache import plan_statuses
 from sm120patch.recipes import Recipe
+from sm120patch.rungs import rung_index
 from sm120patch.targets import Target
 
 _ADVICE = {
@@ -91,10 +92,10 @@ def _passing(recipe: Recipe, archs: Sequence[Arch], fi: Any, level: str) -> list
 
 
 def _rung(verdicts: Sequence[dict[str, Any]]) -> str:
+    """The weakest rung the recipe's verdicts reached (a recipe is as proven as its least proven need)."""
     if not verdicts:
         return "-"
-    order = ("none", "static", "artifact", "spec", "build", "run")
-    return min((str(v.get("rung", "none")) for v in verdicts), key=lambda r: order.index(r) if r in order else 0)
+    return min((str(v.get("rung", "none")) for v in verdicts), key=rung_index)
 
 
 def render(report: dict[str, Any]) -> str:

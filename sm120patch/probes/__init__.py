@@ -1,18 +1,21 @@
 """The probe ladder: do the kernels a recipe needs exist for this arch, and how sure are we?
 
-Rungs, cheapest first: static (read the generator's arch gate), artifact (read ELF/fatbin
-headers of prebuilt kernels), spec (ask FlashInfer in a subprocess), build (nvcc, opt-in),
-run (the GPU, opt-in). The ladder climbs up to `level`, stops at the first definitive
-fail, and every verdict says which rung it stands on: a static pass is a weaker claim
-than a build, and only a run catches a kernel that compiles to garbage.
+Rungs, cheapest first (their order lives in `rungs.RUNGS`): static (read the generator's
+arch gate and the host-code facts in kernels.toml), artifact (read ELF/fatbin headers of
+prebuilt kernels), spec (ask FlashInfer in a subprocess), build (nvcc for the arch, then
+read the cubins back), run (the GPU). The ladder climbs up to the level asked, stops at
+the first final fail, and every verdict says which rung it reached and which was asked:
+a static pass is a weaker claim than a build, and only a run catches a kernel that
+computes garbage. A rung that could not look says `unknown`; no evidence is not a pass.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
@@ -21,14 +24,13 @@ from sm120patch.kernels import Kernel, get_kernel
 from sm120patch.probes.artifact import jit_module_files, scan_cubins, scan_paths
 from sm120patch.probes.build import check_build
 from sm120patch.probes.cache import ProbeCache, default_cache_dir
+from sm120patch.probes.evidence import fingerprint
 from sm120patch.probes.run import check_run
 from sm120patch.probes.spec import check_spec
-from sm120patch.probes.static import read_gate
+from sm120patch.probes.static import check_static
+from sm120patch.rungs import RESULTS, RUNGS, Step, rung_index
 
-__all__ = ["LEVELS", "ProbeCache", "Verdict", "probe_kernel", "probe_recipe", "recipe_passes"]
-
-LEVELS = ("static", "artifact", "spec", "build", "run")
-RESULTS = ("pass", "fail", "unknown")
+__all__ = ["RESULTS", "RUNGS", "ProbeCache", "Verdict", "probe_kernel", "probe_recipe", "recipe_passes"]
 
 
 @dataclass
@@ -37,34 +39,36 @@ class Verdict:
     arch: str
     result: str  # pass / fail / unknown
     rung: str  # the highest rung that gave a definitive answer ("none" if none did)
-    reason: str  # why the ladder stopped there
+    reason: str  # why: every fail found, else the pass and what higher rungs could not see
     elapsed_s: float
     cached: bool = False
+    asked: str = ""  # the rung the caller asked for
+    steps: list[dict[str, Any]] = field(default_factory=list)  # what each rung said
+    evidence: dict[str, Any] = field(default_factory=dict)  # FlashInfer and the files read
+
+    @property
+    def short_of_asked(self) -> bool:
+        """The verdict stands on a lower rung than asked (a rung above could not look)."""
+        return rung_index(self.rung) < rung_index(self.asked)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {
+            "kernel": self.kernel,
+            "arch": self.arch,
+            "result": self.result,
+            "rung": self.rung,
+            "asked": self.asked,
+            "reason": self.reason,
+            "elapsed_s": self.elapsed_s,
+            "cached": self.cached,
+            "steps": self.steps,
+            "evidence": self.evidence,
+        }
 
-
-Step = tuple[str, str]  # (pass / fail / unknown / skip, reason)
-
-
-def _static(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
-    assert fi.package_dir is not None
-    path = fi.package_dir / kernel.file
-    gate = read_gate(path, kernel.generator)
-    if not gate.found:
-        return "unknown", f"static: {kernel.generator} not found in {path}"
-    if gate.dynamic:
-        return "unknown", f"static: {gate.where} computes its arch gate; cannot read it"
-    if gate.majors is None:
-        return "pass", f"static: {gate.where} passes no arch gate (builds for any target)"
-    majors = list(gate.majors)
-    verb = "includes" if arch.major in majors else "excludes"
-    result = "pass" if arch.major in majors else "fail"
-    return result, (
-        f"static: {gate.where} passes supported_major_versions={majors}, "
-        f"which {verb} major {arch.major} ({arch.name}); FlashInfer {fi.version}"
-    )
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        keys = ("kernel", "arch", "result", "rung", "reason", "elapsed_s", "cached", "asked", "steps", "evidence")
+        return cls(**{k: d[k] for k in keys if k in d})
 
 
 def _artifact(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
@@ -72,38 +76,35 @@ def _artifact(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
     scan = scan_paths(jit_module_files(roots, kernel.jit_modules))
     sm = arch.major * 10 + arch.minor
     if sm in scan.sms:
-        return "pass", f"artifact: prebuilt {scan.files_for(sm)[0]} holds sm_{sm} SASS"
+        return Step("pass", f"artifact: prebuilt {scan.files_for(sm)[0]} holds sm_{sm} SASS")
     if scan.files:
-        return "skip", f"artifact: prebuilt modules hold SASS for {scan.sms}, not sm_{sm}"
-    return "skip", "artifact: no prebuilt module (JIT cache, ~/.cache/flashinfer) to read"
+        return Step("skip", f"artifact: prebuilt modules hold SASS for {scan.sms}, not sm_{sm}")
+    return Step("skip", "artifact: no prebuilt module (JIT cache, ~/.cache/flashinfer) to read")
 
 
-def _absent(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: int) -> Verdict | Step:
+def _absent(kernel: Kernel, arch: Arch, fi: FlashInferEnv, top: int) -> tuple[str, Step]:
     """A kernel family that does not exist for `arch`: fail, with artifact evidence if asked."""
     head = kernel.why.strip().splitlines()[0]
     reason = f"kernels.toml: {kernel.id} does not exist for {arch.name} ({head})"
-    rung = "static"
-    if level >= LEVELS.index("artifact") and fi.cubin_dir and kernel.cubin_globs:
+    if top >= rung_index("artifact") and fi.cubin_dir and kernel.cubin_globs:
         scan = scan_cubins(fi.cubin_dir, kernel.cubin_globs)
         sm = arch.major * 10 + arch.minor
         if sm in scan.sms:
-            return "unknown", (
+            return "artifact", Step(
+                "unknown",
                 f"artifact: kernels.toml says {kernel.id} is absent on {arch.name}, "
-                f"but {scan.files_for(sm)[0]} holds sm_{sm}: update kernels.toml"
+                f"but {scan.files_for(sm)[0]} holds sm_{sm}: update kernels.toml",
             )
         if scan.files:
-            rung = "artifact"
             reason += f"; artifact: {len(scan.files)} cubins in {fi.cubin_dir} are for SM {scan.sms}, none for sm_{sm}"
-    return "fail", f"{rung}|{reason}"
+            return "artifact", Step("fail", reason)
+    return "static", Step("fail", reason)
 
 
 def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str:
-    gen = (fi.package_dir / kernel.file) if fi.package_dir else None
-    try:
-        st = gen.stat() if gen else None
-        stamp = (st.st_mtime_ns, st.st_size) if st else None
-    except OSError:
-        stamp = None
+    """Everything a verdict depends on that is cheap to read: the kernel's catalogue entry,
+    the arch, the FlashInfer (version, where, which interpreter) and the bytes of the files
+    the static rung reads. Higher rungs keep their own caches keyed by what they compile."""
     return ProbeCache.key(
         {
             "kernel": repr(kernel),
@@ -111,7 +112,7 @@ def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str
             "level": level,
             "version": fi.version,
             "location": fi.location,
-            "generator_file": stamp,
+            "files": fingerprint(fi, kernel),
             "python": fi.python,
             "sys_path": str(fi.sys_path),
             "source": fi.source,
@@ -130,69 +131,75 @@ def probe_kernel(
     catalogue: dict[str, Kernel] | None = None,
 ) -> Verdict:
     """Climb the ladder for one kernel and arch, up to `level` (default: safe without a GPU)."""
-    if level not in LEVELS:
-        raise UserError(f"--probe {level!r}: unknown level; use one of {', '.join(LEVELS)}")
+    if level not in RUNGS:
+        raise UserError(f"--probe {level!r}: unknown level; use one of {', '.join(RUNGS)}")
     start = time.monotonic()
     kernel = get_kernel(kernel_id, catalogue)
-
-    def done(result: str, rung: str, reason: str) -> Verdict:
-        return Verdict(kernel_id, arch.name, result, rung, reason, round(time.monotonic() - start, 3))
-
     if not fi.found:
-        return done("unknown", "none", fi.error or "FlashInfer not found")
+        return Verdict(kernel_id, arch.name, "unknown", "none", fi.error or "FlashInfer not found", 0.0, asked=level)
     key = _cache_key(kernel, arch, fi, level) if cache else ""
     if cache and (hit := cache.get(key)):
-        return Verdict(
-            kernel_id,
-            arch.name,
-            hit["result"],
-            hit["rung"],
-            hit["reason"],
-            round(time.monotonic() - start, 3),
-            cached=True,
-        )
-    verdict = _climb(kernel, arch, fi, LEVELS.index(level), cache, done)
+        v = Verdict.from_dict(hit)
+        v.cached, v.elapsed_s = True, round(time.monotonic() - start, 3)
+        return v
+    verdict = _climb(kernel, arch, fi, level, cache)
+    verdict.elapsed_s = round(time.monotonic() - start, 3)
     if cache and verdict.result in ("pass", "fail"):
         cache.put(key, verdict.to_dict())
     return verdict
 
 
-def _climb(
-    kernel: Kernel,
-    arch: Arch,
-    fi: FlashInferEnv,
-    top: int,
-    cache: ProbeCache | None,
-    done: Callable[[str, str, str], Verdict],
-) -> Verdict:
+def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str, cache: ProbeCache | None) -> Verdict:
+    top = rung_index(level)
+    evidence = {"flashinfer": {"version": fi.version, "location": fi.location}, "files": fingerprint(fi, kernel)}
     if kernel.absent_on(arch):
-        res, why = _absent(kernel, arch, fi, top)  # type: ignore[misc]
-        if res == "fail":
-            rung, reason = why.split("|", 1)
-            return done("fail", rung, reason)
-        return done(res, "artifact", why)
-    cache_root = cache.root if cache else default_cache_dir()
+        rung, step = _absent(kernel, arch, fi, top)
+        return Verdict(
+            kernel.id, arch.name, step.result, rung, step.reason, 0.0, asked=level,
+            steps=[step.to_dict(rung)], evidence=evidence,
+        )  # fmt: skip
+    cache_root = Path(cache.root if cache else default_cache_dir())
     rungs: dict[str, Callable[[], Step]] = {
-        "static": lambda: _static(kernel, arch, fi),
+        "static": lambda: check_static(kernel, arch, fi),
         "artifact": lambda: _artifact(kernel, arch, fi),
         "spec": lambda: check_spec(kernel, arch, fi),
-        "build": lambda: check_build(kernel, arch, fi, Path(cache_root)),
-        "run": lambda: check_run(kernel, arch, fi, Path(cache_root)),
+        "build": lambda: check_build(kernel, arch, fi, cache_root),
+        "run": lambda: check_run(kernel, arch, fi, cache_root),
     }
-    result, rung, reason, after = "unknown", "none", "", []
-    for name in LEVELS[: top + 1]:
-        res, why = rungs[name]()
-        if res == "skip":
-            continue
-        if res == "fail":
-            return done("fail", name, why)
-        if res == "pass":
-            result, rung, reason, after = "pass", name, why, []
-        else:
-            after.append(why)
-    if after:
-        reason = "; ".join(filter(None, [reason, *after]))
-    return done(result, rung, reason)
+    steps: list[tuple[str, Step]] = []
+    for name in RUNGS[: top + 1]:
+        step = rungs[name]()
+        steps.append((name, step))
+        for k, v in step.evidence.items():
+            if k == "files":
+                evidence["files"] = {**evidence["files"], **v}
+            else:
+                evidence[k] = v
+        if step.result == "fail" and step.final:
+            break
+    return _judge(kernel, arch, level, steps, evidence)
+
+
+def _judge(kernel: Kernel, arch: Arch, level: str, steps: list[tuple[str, Step]], evidence: dict[str, Any]) -> Verdict:
+    """One verdict from the rungs: fail if any rung failed, else pass if any passed, else unknown;
+    it stands on the highest rung that gave a definitive answer."""
+    definitive = [(n, s) for n, s in steps if s.result in ("pass", "fail")]
+    rung = definitive[-1][0] if definitive else "none"
+    fails = [s.reason for _, s in steps if s.result == "fail"]
+    if fails:
+        result, reason = "fail", "; ".join(fails)
+    elif definitive:
+        result = "pass"
+        # the pass, and why the rungs above it could not confirm it
+        above = [s.reason for n, s in steps if rung_index(n) > rung_index(rung) and s.result == "unknown"]
+        reason = "; ".join([definitive[-1][1].reason, *above])
+    else:
+        result = "unknown"
+        reason = "; ".join(s.reason for _, s in steps if s.result != "skip") or "no rung could look"
+    return Verdict(
+        kernel.id, arch.name, result, rung, reason, 0.0, asked=level,
+        steps=[s.to_dict(n) for n, s in steps], evidence=evidence,
+    )  # fmt: skip
 
 
 def probe_recipe(

@@ -23,6 +23,7 @@ from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
 from sm120patch.probes.spec import NO_ARCH
 from sm120patch.probes.subproc import child_env, run_script
+from sm120patch.rungs import Step
 
 TIMEOUT_S = 3600.0
 
@@ -57,26 +58,24 @@ def _built_library(folder: Path, kernel: Kernel) -> Path | None:
     return None
 
 
-def _judge(lib: Path, arch: Arch, where: str) -> tuple[str, str]:
+def _judge(lib: Path, arch: Arch, where: str) -> Step:
     found = scan_file(lib)
     sm = arch.major * 10 + arch.minor
     if sm in found.sass:
-        return "pass", f"build: {lib.name} holds sm_{sm} SASS ({where})"
-    return "fail", f"build: {lib.name} built but holds SASS for {found.sass}, not sm_{sm} ({where})"
+        return Step("pass", f"build: {lib.name} holds sm_{sm} SASS ({where})")
+    return Step("fail", f"build: {lib.name} built but holds SASS for {found.sass}, not sm_{sm} ({where})")
 
 
-def check_build(
-    kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S
-) -> tuple[str, str]:
+def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S) -> Step:
     """(result, reason) of compiling the module for `arch`; reuses a finished build."""
     if not fi.python:
-        return "unknown", "build: no Python interpreter to run this FlashInfer under"
+        return Step("unknown", "build: no Python interpreter to run this FlashInfer under")
     cuda = find_cuda()
     ok, why = can_build_for(cuda, arch, family=arch.major == 12 and arch.minor == 0)
     if not ok:
         ok_a, _ = can_build_for(cuda, arch)
         if not ok_a:
-            return "unknown", f"build: {why}"
+            return Step("unknown", f"build: {why}")
     at_least_12_9 = ok
     key = _key(kernel, arch, fi, cuda.version)
     final = cache_root / "builds" / key
@@ -100,14 +99,14 @@ def check_build(
         shutil.rmtree(staging, ignore_errors=True)
         err = str(p.get("error") or res.stderr_tail[-300:])
         if res.timed_out:
-            return "unknown", f"build: nvcc did not finish within {timeout:.0f} s"
+            return Step("unknown", f"build: nvcc did not finish within {timeout:.0f} s")
         if NO_ARCH in err:
-            return "fail", f"build: {err}"
-        return "unknown", f"build: failed after {res.elapsed_s:.0f} s: {err[-300:]}"
+            return Step("fail", f"build: {err}")
+        return Step("unknown", f"build: failed after {res.elapsed_s:.0f} s: {err[-300:]}")
     if final.exists():
         shutil.rmtree(final, ignore_errors=True)
     os.replace(staging, final)
     lib = _built_library(final, kernel)
     if lib is None:
-        return "unknown", f"build: finished, but no {'/'.join(kernel.jit_modules)}.so in {final}"
+        return Step("unknown", f"build: finished, but no {'/'.join(kernel.jit_modules)}.so in {final}")
     return _judge(lib, arch, f"built in {res.elapsed_s:.0f} s with CUDA {cuda.version}")

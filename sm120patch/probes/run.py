@@ -13,6 +13,7 @@ from sm120patch.arch import Arch
 from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
 from sm120patch.probes.subproc import child_env, run_script
+from sm120patch.rungs import Step
 
 TIMEOUT_S = 900.0
 
@@ -52,14 +53,12 @@ print(json.dumps(out))
 CHECKS = {"rmsnorm": RMSNORM}
 
 
-def check_run(
-    kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S
-) -> tuple[str, str]:
+def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S) -> Step:
     """(result, reason) of a numeric check on the real GPU."""
     if not kernel.run:
-        return "unknown", f"run: {kernel.run_unavailable or 'no run check for this kernel'}"
+        return Step("unknown", f"run: {kernel.run_unavailable or 'no run check for this kernel'}")
     if not fi.python:
-        return "unknown", "run: no Python interpreter to run this FlashInfer under"
+        return Step("unknown", "run: no Python interpreter to run this FlashInfer under")
     ws = cache_root / "builds" / f"run-{fi.version}-{arch.name}"
     ws.mkdir(parents=True, exist_ok=True)
     sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
@@ -73,14 +72,15 @@ def check_run(
     )
     p = res.payload or {}
     if res.timed_out:
-        return "unknown", f"run: did not finish within {timeout:.0f} s"
+        return Step("unknown", f"run: did not finish within {timeout:.0f} s")
     if "skip" in p:
-        return "unknown", f"run: {p['skip']}"
+        return Step("unknown", f"run: {p['skip']}")
     if not p.get("ok"):
-        return "fail", f"run: {kernel.run} raised {p.get('error') or res.stderr_tail[-300:]}"
+        return Step("fail", f"run: {kernel.run} raised {p.get('error') or res.stderr_tail[-300:]}")
     err = float(p["max_abs_err"])  # type: ignore[arg-type]
     verdict = "pass" if float(p["excess"]) <= 0 else "fail"  # type: ignore[arg-type]
-    return verdict, (
+    return Step(
+        verdict,
         f"run: {kernel.run} on {p.get('gpu')}: max abs error {err:.5f} vs a torch "
-        f"reference (|err| <= 0.01 + 0.01*|ref| required) in {res.elapsed_s:.1f} s"
+        f"reference (|err| <= 0.01 + 0.01*|ref| required) in {res.elapsed_s:.1f} s",
     )

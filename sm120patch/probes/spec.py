@@ -15,6 +15,7 @@ from sm120patch.arch import Arch
 from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
 from sm120patch.probes.subproc import child_env, run_script
+from sm120patch.rungs import Step
 
 TIMEOUT_S = 120.0
 NO_ARCH = "No supported CUDA architectures found"
@@ -44,10 +45,10 @@ print(json.dumps(out))
 """
 
 
-def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = TIMEOUT_S) -> tuple[str, str]:
+def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = TIMEOUT_S) -> Step:
     """(result, reason) of calling the generator for `arch` under `fi.python`."""
     if not fi.python:
-        return "unknown", "spec: no Python interpreter to run this FlashInfer tree under"
+        return Step("unknown", "spec: no Python interpreter to run this FlashInfer tree under")
     sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
     with tempfile.TemporaryDirectory(prefix="sm120patch-spec-") as ws:
         env = child_env(arch, sys_path, ws)
@@ -55,20 +56,20 @@ def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = T
         res = run_script(fi.python, SCRIPT, args, env, timeout)
     where = f"{kernel.module}.{kernel.generator}() with FLASHINFER_CUDA_ARCH_LIST={env['FLASHINFER_CUDA_ARCH_LIST']}"
     if res.timed_out:
-        return "unknown", f"spec: {where} did not finish within {timeout:.0f} s"
+        return Step("unknown", f"spec: {where} did not finish within {timeout:.0f} s")
     p = res.payload
     if p is None:
-        return "unknown", f"spec: {fi.python} exited {res.returncode}: {res.stderr_tail[-300:]}"
+        return Step("unknown", f"spec: {fi.python} exited {res.returncode}: {res.stderr_tail[-300:]}")
     if p.get("ok"):
-        return "pass", f"spec: {where} returned a {p.get('type')} ({res.elapsed_s:.1f} s)"
+        return Step("pass", f"spec: {where} returned a {p.get('type')} ({res.elapsed_s:.1f} s)")
     err = str(p.get("error", ""))
     if p.get("stage") == "call" and NO_ARCH in err:
-        return "fail", f"spec: {where} raised {err}"
+        return Step("fail", f"spec: {where} raised {err}")
     if p.get("stage") == "import":
         missing = p.get("missing")
         if missing and str(missing).split(".")[0] in MISSING_DEPS:
-            return "unknown", f"spec: {fi.python} cannot import {missing} ({err})"
-        return "unknown", f"spec: importing {kernel.module} under {fi.python} failed: {err}"
+            return Step("unknown", f"spec: {fi.python} cannot import {missing} ({err})")
+        return Step("unknown", f"spec: importing {kernel.module} under {fi.python} failed: {err}")
     if p.get("stage") == "lookup":
-        return "unknown", f"spec: {err} (this FlashInfer has no such generator)"
-    return "unknown", f"spec: {where} raised {err}"
+        return Step("unknown", f"spec: {err} (this FlashInfer has no such generator)")
+    return Step("unknown", f"spec: {where} raised {err}")

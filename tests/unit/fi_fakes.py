@@ -31,14 +31,34 @@ def gen_trtllm_comm_module():
 '''
 
 
+# Host-code stand-ins for the files kernels.toml's source checks read: the shape of the facts
+# (a launcher that clamps its cluster to the device, or one that fixes it at 8), not FlashInfer code.
+CLAMPED = "int launch() {\n  int max_cluster = GetMaxClusterSize(kernel_ptr, 128);\n  return max_cluster;\n}\n"
+FIXED_8 = "int launch() {\n  int cluster_size;\n  cluster_size = 8;\n  return cluster_size;\n}\n"
+STRIDE_OK = "void set(P& p, int i) { p.lamport_peer_comm_buffer_ptrs[i + MAX_RANKS_PER_NODE] = q; }\n"
+STRIDE_BAD = "void set(P& p, int i, int tp_size) { p.lamport_peer_comm_buffer_ptrs[i + tp_size] = q; }\n"
+HOST_FILES = {
+    "data/include/flashinfer/comm/trtllm_allreduce_fusion.cuh": (CLAMPED, FIXED_8),
+    "data/include/flashinfer/comm/trtllm_moe_allreduce_fusion.cuh": (CLAMPED, FIXED_8),
+    "data/include/flashinfer/comm/trtllm_allreduce.cuh": (CLAMPED, FIXED_8),
+    "data/csrc/trtllm_allreduce.cu": (STRIDE_OK, STRIDE_BAD),
+}
+
+
 def make_tree(root: Path, gate: str = "[9, 10]", majors: str = "[9, 10, 12]",
-              version: str = "0.6.1", layout: str = "wheel") -> Path:
-    """A fake FlashInfer: `wheel` (package + dist-info + _build_meta), or `repo` (version.txt)."""
+              version: str = "0.6.1", layout: str = "wheel", host: str = "fixed") -> Path:
+    """A fake FlashInfer: `wheel` (package + dist-info + _build_meta), or `repo` (version.txt).
+    `host`: "fixed" (the PR 3903 facts hold), "broken" (a fixed cluster of 8, the old stride)
+    or "absent" (no host files)."""
     pkg = root / "flashinfer"
     (pkg / "jit").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "jit" / "__init__.py").write_text("")
     (pkg / "jit" / "comm.py").write_text(COMM.format(gate=gate, majors=majors))
+    if host != "absent":
+        for rel, (good, bad) in HOST_FILES.items():
+            (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+            (pkg / rel).write_text(good if host == "fixed" else bad)
     if layout == "wheel":
         (pkg / "_build_meta.py").write_text(f'__version__ = "{version}"\n')
         info = root / f"flashinfer_python-{version}.dist-info"

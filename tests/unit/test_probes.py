@@ -3,6 +3,7 @@ early stop on fail, absent-by-design kernels, artifacts, cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sm120patch.probes import ProbeCache, probe_kernel, probe_recipe, recipe_pas
 from sm120patch.probes import spec as spec_mod
 from sm120patch.probes.static import read_gate
 from sm120patch.probes.subproc import arch_list_value
-from tests.unit.fi_fakes import cubin, fatbin, host_so, make_tree
+from tests.unit.fi_fakes import HOST_FILES, cubin, fatbin, host_so, make_tree
 
 SM90, SM100, SM120, SM121 = (parse_arch(a) for a in ("sm_90", "sm_100", "sm_120", "sm_121"))
 COMM = "flashinfer:trtllm_comm"
@@ -62,6 +63,75 @@ def test_static_unknown_when_generator_missing(tmp_path: Path) -> None:
     (tmp_path / "flashinfer" / "jit" / "comm.py").write_text("def other():\n    pass\n")
     v = probe_kernel(COMM, SM120, from_tree(tmp_path), "static")
     assert (v.result, v.rung) == ("unknown", "none") and "not found" in v.reason
+
+
+def test_no_gate_is_not_a_pass(tmp_path: Path) -> None:
+    """A generator that passes no supported_major_versions says nothing about the arch."""
+    fi = from_tree(make_tree(tmp_path, gate="None"))
+    comm = tmp_path / "flashinfer" / "jit" / "comm.py"
+    comm.write_text(comm.read_text().replace("_flags(supported_major_versions=None)", "pass"))
+    v = probe_kernel(COMM, SM90, fi, "static")
+    assert (v.result, v.rung, v.asked) == ("unknown", "none", "static")
+    assert "passes no supported_major_versions" in v.reason
+
+
+def test_gate_none_and_symbol_are_declared_in_the_catalogue(tmp_path: Path) -> None:
+    fi = from_tree(make_tree(tmp_path))
+    comm = tmp_path / "flashinfer" / "jit" / "comm.py"
+    comm.write_text(comm.read_text() + "\ndef gen_any_module():\n    return JitSpec()\n")
+    base = load_kernels()[COMM]
+    any_arch = dataclasses.replace(base, id="t:any", generator="gen_any_module", gate="none", source_checks=())
+    symbol = dataclasses.replace(base, id="t:sym", generator="gen_trtllm_comm_module", gate="symbol", source_checks=())
+    cat = {k.id: k for k in (any_arch, symbol)}
+    v = probe_kernel("t:any", SM120, fi, "static", catalogue=cat)
+    assert (v.result, v.rung) == ("pass", "static") and "for every arch" in v.reason
+    v = probe_kernel("t:sym", SM120, fi, "static", catalogue=cat)  # the [9, 10] gate is not read
+    assert (v.result, v.rung) == ("pass", "static") and "exists" in v.reason
+    gone = dataclasses.replace(any_arch, generator="gen_missing")
+    assert probe_kernel("t:any", SM120, fi, "static", catalogue={"t:any": gone}).result == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("host", "result", "words"),
+    [
+        ("fixed", "pass", ["4 source check(s) hold"]),
+        ("broken", "fail", ["cluster of 8", "PR 3903", "stride"]),
+        ("absent", "unknown", ["not found; cannot check"]),
+    ],
+)
+def test_source_checks_for_sm12x(tmp_path: Path, host: str, result: str, words: list[str]) -> None:
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]", host=host))
+    v = probe_kernel(COMM, SM120, fi, "static")
+    assert v.result == result, v.reason
+    assert all(w in v.reason for w in words), v.reason
+    # the checks are about SM12x launches: SM90 is judged on its gate alone
+    assert probe_kernel(COMM, SM90, fi, "static").result == "pass"
+
+
+def test_a_source_finding_does_not_stop_the_climb(tmp_path: Path) -> None:
+    """Unlike an arch gate that refuses the arch, a launch problem leaves the higher rungs to look
+    (and report their own findings); the verdict keeps every fail."""
+    fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]", host="broken"), python=sys.executable)
+    v = probe_kernel(COMM, SM120, fi, "spec")
+    assert v.result == "fail" and [s["rung"] for s in v.steps] == ["static", "artifact", "spec"]
+    assert v.rung == "spec" and "cluster of 8" in v.reason  # reached spec; the static finding stands
+
+
+def test_evidence_names_the_files_read_and_notices_a_swap(tmp_path: Path) -> None:
+    from sm120patch.probes.evidence import changes
+
+    fi = from_tree(make_tree(tmp_path / "a", gate="[9, 10, 12]", host="fixed"))
+    v = probe_kernel(COMM, SM120, fi, "static")
+    files = v.evidence["files"]
+    assert set(files) == {"jit/comm.py", *HOST_FILES} and all(len(h) == 64 for h in files.values())
+    assert v.evidence["flashinfer"] == {"version": "0.6.1", "location": fi.location}
+    assert changes(v.evidence, fi) == []
+    host = tmp_path / "a" / "flashinfer" / "data" / "csrc" / "trtllm_allreduce.cu"
+    host.write_text(host.read_text() + "// edited\n")
+    assert changes(v.evidence, fi) == ["changed since the probe: data/csrc/trtllm_allreduce.cu"]
+    other = from_tree(make_tree(tmp_path / "b", gate="[9, 10, 12]", version="0.6.16"))
+    said = changes(v.evidence, other)
+    assert any("moved" in c for c in said) and any("0.6.1 -> 0.6.16" in c for c in said)
 
 
 def test_spec_rung_runs_generator_in_subprocess(tmp_path: Path) -> None:
