@@ -18,7 +18,7 @@ import click
 from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_flashinfer
-from sm120patch.plan import BLOCKED, FAILED, REVERTED
+from sm120patch.plan import BLOCKED, FAILED, REVERTED, STALE
 from sm120patch.targets import discover, installed
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ _STATUS_COLOUR = {
     "applied": "cyan",
     "reverted": "magenta",
     "failed": "red",
+    "stale": "red",
+    "untested": "yellow",
 }
 
 
@@ -160,7 +162,7 @@ def report(
                 if d:
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
-    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED) for p in plans) else EXIT_OK
+    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED, STALE) for p in plans) else EXIT_OK
 
 
 def make_tree_probe(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,12 +23,21 @@ from sm120patch.cli_common import (
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs
 
+if TYPE_CHECKING:
+    from sm120patch.arch import Arch
+    from sm120patch.targets import Target
+
 
 @click.command("plan")
 @target_options
 @arch_option
 @probe_options("static")
 @recipes_option
+@click.option(
+    "--allow-untested",
+    is_flag=True,
+    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
+)
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @json_option
 def plan_cmd(
@@ -38,13 +49,16 @@ def plan_cmd(
     flashinfer: Path | None,
     python: str | None,
     recipe_dir: Path | None,
+    allow_untested: bool,
     no_diff: bool,
     as_json: bool,
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
 
     Nothing is written. The diff applies with `git apply` from the tree's root. A
-    recipe whose kernels the probe cannot find for the GPU shows as `blocked`.
+    recipe whose kernels the probe cannot find for the GPU shows as `blocked`; an
+    applied one whose kernels are gone from the FlashInfer now in front of it, `stale`
+    (exit 1, with the rollback command).
     """
     from sm120patch.engine import make_plan
 
@@ -52,7 +66,7 @@ def plan_cmd(
     targets = targets_for(path, installed, package)
     archs, arch_note = resolve_archs(arch)
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python)
-    plans = [p for t in targets for p in make_plan(t, recipes, archs, probe=probe)]
+    plans = [p for t in targets for p in make_plan(t, recipes, archs, probe=probe, allow_untested=allow_untested)]
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
@@ -74,6 +88,11 @@ def plan_cmd(
     metavar="SECONDS",
     help="Wait this long for another run on the same tree to finish.",
 )
+@click.option(
+    "--allow-untested",
+    is_flag=True,
+    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
+)
 @click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
 @json_option
 def apply_cmd(
@@ -89,14 +108,19 @@ def apply_cmd(
     force: bool,
     commit: bool,
     wait_s: float,
+    allow_untested: bool,
     no_diff: bool,
     as_json: bool,
 ) -> None:
-    """Apply every applicable recipe to PATH: journal, write, probe, revert what fails.
+    """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
+    journal, then write.
 
-    The journal (.sm120patch/ at the tree's root) records the original bytes first,
-    so `sm120patch rollback PATH` restores them even after a crash or a kill. A recipe
-    whose probe does not find its kernels for every GPU arch is reverted (exit 1).
+    A recipe whose probe does not find its kernels for every GPU arch is never written
+    (`blocked`, exit 1). The journal (.sm120patch/ at the tree's root) records the
+    original bytes and what each proof stood on, so `sm120patch rollback PATH` restores
+    the bytes even after a crash or a kill, and a later run notices when the FlashInfer
+    under an applied recipe changed: it probes again and rolls back what lost its
+    kernels (`reverted`, exit 1).
     """
     from sm120patch import engine
 
@@ -113,7 +137,15 @@ def apply_cmd(
         p
         for t in targets
         for p in engine.apply(
-            t, recipes, archs, probe=probe, force=force, commit=commit, wait_s=wait_s, only=only or None
+            t,
+            recipes,
+            archs,
+            probe=probe,
+            force=force,
+            commit=commit,
+            wait_s=wait_s,
+            only=only or None,
+            allow_untested=allow_untested,
         )
     ]
     sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
@@ -178,17 +210,39 @@ def rollback_cmd(
 
 @click.command("status")
 @target_options
+@arch_option
+@probe_options("static")
+@recipes_option
 @json_option
-def status_cmd(path: Path | None, installed: bool, package: str | None, as_json: bool) -> None:
-    """What sm120patch has applied to PATH, and which files changed since."""
+def status_cmd(
+    path: Path | None,
+    installed: bool,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """What sm120patch has applied to PATH, which files changed since, and whether each
+    recipe's proof still holds for the FlashInfer in front of it (default: the one it was
+    proven against; --flashinfer/--python to name another).
+
+    Exit 1 when a file changed since apply, an apply was interrupted, or a recipe is
+    stale (its kernels are gone: the line gives the rollback command).
+    """
     from sm120patch import engine
 
     targets = targets_for(path, installed, package)
-    results = [{"target": t.to_dict(), **engine.status(t)} for t in targets]
+    recipes = common.load_recipes(recipe_dir)
+    archs = _status_archs(targets, arch)
+    probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
+    results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
+    bad = any(r["interrupted"] or r["stale"] or any(f["state"] != "as-applied" for f in r["files"]) for r in results)
     if as_json:
         emit_json({"targets": results})
-        return
-    changed = False
+        sys.exit(EXIT_FAILED if bad else EXIT_OK)
     for r in results:
         t = r["target"]
         click.echo(f"{t['package']} {t['version']} at {t['root']}")
@@ -200,12 +254,29 @@ def status_cmd(path: Path | None, installed: bool, package: str | None, as_json:
         if not r["applied"]:
             click.echo("  nothing applied")
         for a in r["applied"]:
-            click.echo(f"  applied  {a['id']}  ({a['arch']}, {a['at']})")
+            check = a.get("recheck") or {}
+            word = "STALE   " if check.get("holds") is False else "applied "
+            click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
+            if check.get("reason"):
+                click.echo(f"           {check['reason']}")
+            if a.get("rollback"):
+                click.echo(f"           run `{a['rollback']}` before the next server start")
         for f in r["files"]:
             mark = "" if f["state"] == "as-applied" else f"  <- {f['state']}"
-            changed |= f["state"] != "as-applied"
             click.echo(f"    {f['path']}{mark}")
-    sys.exit(EXIT_FAILED if changed or any(r["interrupted"] for r in results) else EXIT_OK)
+    sys.exit(EXIT_FAILED if bad else EXIT_OK)
+
+
+def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arch]:
+    """--arch, else the archs the applied recipes were proven for (a status check re-asks the
+    same question of the FlashInfer now present)."""
+    from sm120patch.arch import parse_arch
+    from sm120patch.journal import Journal
+
+    if given:
+        return resolve_archs(given)[0]
+    names = {n for t in targets for a in Journal.open(t.root).applied for n in str(a.get("arch", "")).split(",") if n}
+    return sorted({parse_arch(n) for n in names})
 
 
 @click.command("clone")

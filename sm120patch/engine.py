@@ -1,32 +1,33 @@
-"""apply, rollback and status: the plan, written through the journal, probed, kept or reverted.
+"""apply, rollback and status: the plan, probed, then written through the journal.
 
-Plain functions over plain data; the CLI only parses flags and prints.
+Probe first, write after: a recipe's kernels are proven (or not) before a byte of the tree
+changes, so a kill at any moment leaves either the old tree or a fully proven one. Each
+applied recipe keeps in the journal what its proof stood on, and every later run checks it
+still holds for the FlashInfer in front of it (`recheck`). Plain functions over plain data;
+the CLI only parses flags and prints.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
 from sm120patch.journal import Journal, sha256
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, REVERTED, RecipePlan, plan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, REVERTED, STALE, RecipePlan, plan
+from sm120patch.recheck import Recheck, recheck
 from sm120patch.recipes import Recipe, load_recipes
 from sm120patch.targets import Target, discover
 
-# A probe answers for one recipe: None when its kernels exist, else (reason, rung, verdicts).
-Probe = Callable[[Recipe], "ProbeFailure | None"]
+if TYPE_CHECKING:
+    from sm120patch.gatekeeper import ProbeResult
 
-
-@dataclass
-class ProbeFailure:
-    reason: str
-    rung: str
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+# A probe answers for one recipe: does every kernel it needs exist, and on what evidence?
+Probe = Callable[[Recipe], "ProbeResult"]
 
 
 @dataclass
@@ -64,24 +65,71 @@ def file_state(journal: Journal, rel: str) -> str:
 
 
 def make_plan(
-    target: Target, recipes: Sequence[Recipe], arch: Arch | Sequence[Arch], probe: Probe | None = None
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | Sequence[Arch],
+    probe: Probe | None = None,
+    *,
+    allow_untested: bool = False,
 ) -> list[RecipePlan]:
-    """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`."""
+    """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`,
+    an applied one whose proof no longer holds is `stale`."""
     journal = Journal.open(target.root)
-    plans = plan(target, recipes, arch, applied=applied_reasons(journal, target))
+    plans = plan(target, recipes, arch, applied=applied_reasons(journal, target), allow_untested=allow_untested)
     block_failing(plans, probe)
+    mark_stale(plans, journal, target, probe)
     return plans
 
 
-def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> None:
-    """Mark each applicable recipe whose probe fails `blocked`, with the rung and the reason."""
+def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str, ProbeResult]:
+    """Probe each applicable recipe: a failing one becomes `blocked` with the rung and the reason.
+    Returns the passing ones' results (what `apply` records as their proof)."""
+    passed: dict[str, ProbeResult] = {}
     if probe is None:
-        return
+        return passed
     for p in plans:
-        if p.status == APPLICABLE:
-            failure = probe(p.recipe)
-            if failure is not None:
-                p.status, p.reason, p.probe = BLOCKED, f"{failure.rung} rung: {failure.reason}", failure.verdicts
+        if p.status != APPLICABLE:
+            continue
+        result = probe(p.recipe)
+        p.probe = result.verdicts
+        if result.passed:
+            passed[p.recipe.id] = result
+        else:
+            p.status, p.reason = BLOCKED, f"{result.rung} rung: {result.reason}"
+    return passed
+
+
+def rechecks(journal: Journal, target: Target, recipes: Sequence[Recipe], probe: Probe | None) -> dict[str, Recheck]:
+    """For each recipe applied to this target: does its recorded proof still hold?"""
+    by_id = {r.id: r for r in recipes}
+    return {
+        a["id"]: recheck(a, by_id.get(a["id"]), probe)  # type: ignore[arg-type]
+        for a in journal.applied
+        if a.get("package", target.package) == target.package
+    }
+
+
+def rollback_hint(target: Target, recipe_id: str) -> str:
+    return f"sm120patch rollback {target.root} --recipe {recipe_id}"
+
+
+def mark_stale(plans: Sequence[RecipePlan], journal: Journal, target: Target, probe: Probe | None) -> None:
+    """`applied` recipes whose kernels are gone from the FlashInfer now in front of them: `stale`."""
+    applied = [p for p in plans if p.status == APPLIED]
+    if not applied or probe is None:
+        return
+    checks = rechecks(journal, target, [p.recipe for p in applied], probe)
+    for p in applied:
+        c = checks.get(p.recipe.id)
+        if c is None:
+            continue
+        if c.probe is not None:
+            p.probe = c.probe.verdicts
+        if not c.holds:
+            p.status = STALE
+            p.reason = f"stale: {c.reason}; run `{rollback_hint(target, p.recipe.id)}`"
+        elif c.changed:
+            p.reason += f" ({c.reason})"
 
 
 def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[str]:
@@ -104,82 +152,131 @@ def apply(
     commit: bool = False,
     wait_s: float = 0.0,
     only: Sequence[str] | None = None,
+    allow_untested: bool = False,
 ) -> list[RecipePlan]:
-    """Plan, journal, write, probe; revert what the probe rejects. Returns the final per-recipe plans."""
+    """Take back what went stale, plan, probe, then journal and write what the probe proved."""
     archs = [arch] if isinstance(arch, Arch) else list(arch)
     arch_names = ",".join(a.name for a in archs)
     journal = Journal.open(target.root)
     with journal.lock(wait_s):
         journal.recover()
+        stale = _take_back_stale(journal, target, recipes, archs, probe)
         applied = applied_reasons(journal, target)
-        plans = plan(target, recipes, archs, applied=applied)
+        plans = plan(target, recipes, archs, applied=applied, allow_untested=allow_untested)
         if only:
             # plan the chosen ones on their own, so their before-bytes are the tree's and not
             # another recipe's output; the others are still reported
-            alone = {p.recipe.id: p for p in plan(target, [r for r in recipes if r.id in only], archs, applied=applied)}
-            plans = [alone.get(p.recipe.id, p) for p in plans]
+            plans = _replan(target, recipes, archs, applied, plans, set(only), allow_untested)
         todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
+        proofs = block_failing(todo, probe)
+        keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
+        if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
+            plans = _replan(target, recipes, archs, applied, plans, keep, allow_untested)
+        for p in plans:
+            if p.recipe.id in stale:
+                p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
+        todo = [p for p in plans if p.recipe.id in keep]
         if not todo:
             journal.remove_if_empty()
             return plans
-        final: dict[str, bytes] = {}
-        for p in todo:
-            for rel, (_, after) in p.changes.items():
-                final[rel] = after
-        # a file changed on disk since we planned would lose that change: refuse
-        for rel in final:
-            first = next(p.changes[rel][0] for p in todo if rel in p.changes)
-            if (target.root / rel).read_bytes() != first:
-                raise UserError(f"{target.root / rel}: changed while sm120patch was planning; run the command again")
-        dirty = _git_dirty(target, sorted(final), journal)
-        if dirty and not force:
-            raise UserError(
-                f"{target.root}: uncommitted changes in {', '.join(dirty)}; commit or stash them first, or pass --force"
-            )
-        # a file we patched before and the user edited since: writing over it would make the
-        # next rollback restore the original and silently drop that edit
-        edited = [rel for rel in sorted(final) if journal.file(rel) and file_state(journal, rel) != "as-applied"]
-        if edited and not force:
-            raise UserError(
-                f"{target.root}: {', '.join(edited)} changed since sm120patch patched it; a later rollback would "
-                "lose those edits. Roll back first, or pass --force (your version is kept in .sm120patch/saved/)"
-            )
-        for rel in edited:
-            journal.keep_copy(rel)
-        journal.write(final)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        for p in todo:
-            journal.applied.append(
-                {
-                    "id": p.recipe.id,
-                    "package": target.package,
-                    "sha256": p.recipe.sha256,
-                    "files": p.files,
-                    "at": stamp,
-                    "arch": arch_names,
-                    "version": target.version,
-                }
-            )
-            p.status, p.reason = APPLIED, f"applied to {', '.join(p.files)}"
-        journal.data.update(package=target.package, version=target.version)
-        journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch_names)
-        journal.save()
-        if probe is not None:
-            failed = {}
-            for p in todo:
-                verdict = probe(p.recipe)
-                if verdict is not None:
-                    failed[p.recipe.id] = verdict
-                    p.probe = verdict.verdicts
-            if failed:
-                _rollback_locked(journal, target, recipes, archs, list(failed), force=False)
-                for p in todo:
-                    if p.recipe.id in failed:
-                        f = failed[p.recipe.id]
-                        p.status, p.reason = REVERTED, f"reverted: probe failed at the {f.rung} rung: {f.reason}"
+        _write(journal, target, todo, proofs, arch_names, force)
         if commit and target.is_git:
-            _commit(journal, target, recipes, archs, [p for p in todo if p.status == APPLIED], arch_names)
+            _commit(journal, target, recipes, archs, todo, arch_names)
         return plans
+
+
+def _replan(
+    target: Target,
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    applied: dict[str, str],
+    plans: list[RecipePlan],
+    ids: set[str],
+    allow_untested: bool,
+) -> list[RecipePlan]:
+    """`plans`, with the recipes in `ids` planned again on their own (same order, same others)."""
+    chosen = [r for r in recipes if r.id in ids]
+    alone = {p.recipe.id: p for p in plan(target, chosen, archs, applied=applied, allow_untested=allow_untested)}
+    for p in plans:  # keep what the first plan learned (the probe's verdicts)
+        if p.recipe.id in alone and p.probe:
+            alone[p.recipe.id].probe = p.probe
+    return [alone.get(p.recipe.id, p) for p in plans]
+
+
+def _take_back_stale(
+    journal: Journal, target: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None
+) -> dict[str, str]:
+    """Roll back applied recipes whose proof no longer holds; renew the proof of those that
+    still pass on a changed FlashInfer. Returns {id: why} for what was rolled back."""
+    checks = rechecks(journal, target, recipes, probe)
+    renewed = False
+    for a in journal.applied:
+        c = checks.get(a["id"])
+        if c is not None and c.holds and c.probe is not None:
+            a["evidence"], renewed = c.probe.record(), True
+    if renewed:
+        journal.note("recheck", renewed=[i for i, c in checks.items() if c.holds and c.probe is not None])
+        journal.save()
+    gone = {i: c.reason for i, c in checks.items() if not c.holds}
+    if gone:
+        _rollback_locked(journal, target, recipes, archs, list(gone), force=False)
+    return gone
+
+
+def _write(
+    journal: Journal,
+    target: Target,
+    todo: Sequence[RecipePlan],
+    proofs: dict[str, ProbeResult],
+    arch_names: str,
+    force: bool,
+) -> None:
+    """Check nothing changed under us, then one journaled transaction for every proven recipe."""
+    final: dict[str, bytes] = {}
+    for p in todo:
+        for rel, (_, after) in p.changes.items():
+            final[rel] = after
+    # a file changed on disk since we planned would lose that change: refuse
+    for rel in final:
+        first = next(p.changes[rel][0] for p in todo if rel in p.changes)
+        if (target.root / rel).read_bytes() != first:
+            raise UserError(f"{target.root / rel}: changed while sm120patch was planning; run the command again")
+    dirty = _git_dirty(target, sorted(final), journal)
+    if dirty and not force:
+        raise UserError(
+            f"{target.root}: uncommitted changes in {', '.join(dirty)}; commit or stash them first, or pass --force"
+        )
+    # a file we patched before and the user edited since: writing over it would make the
+    # next rollback restore the original and silently drop that edit
+    edited = [rel for rel in sorted(final) if journal.file(rel) and file_state(journal, rel) != "as-applied"]
+    if edited and not force:
+        raise UserError(
+            f"{target.root}: {', '.join(edited)} changed since sm120patch patched it; a later rollback would "
+            "lose those edits. Roll back first, or pass --force (your version is kept in .sm120patch/saved/)"
+        )
+    for rel in edited:
+        journal.keep_copy(rel)
+    journal.write(final)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    for p in todo:
+        proof = proofs.get(p.recipe.id)
+        journal.applied.append(
+            {
+                "id": p.recipe.id,
+                "package": target.package,
+                "sha256": p.recipe.sha256,
+                "files": p.files,
+                "at": stamp,
+                "arch": arch_names,
+                "version": target.version,
+                "evidence": proof.record() if proof else {"level": "none"},
+            }
+        )
+        p.status = APPLIED
+        p.reason = f"applied to {', '.join(p.files)}" + (f"; {proof.reason}" if proof and p.recipe.needs else "")
+    journal.data.update(package=target.package, version=target.version)
+    journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch_names)
+    journal.save()
 
 
 def rollback(
@@ -279,10 +376,12 @@ def _replay(
     return new
 
 
-def status(target: Target) -> dict[str, Any]:
+def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None = None) -> dict[str, Any]:
+    """What is applied, whether its files changed since, and (with a probe) whether its proof holds."""
     journal = Journal.open(target.root)
+    mine = [a for a in journal.applied if a.get("package", target.package) == target.package]
     files = []
-    for a in journal.applied:
+    for a in mine:
         for rel in a["files"]:
             files.append(FileState(rel, file_state(journal, rel), [a["id"]]))
     merged: dict[str, FileState] = {}
@@ -291,12 +390,25 @@ def status(target: Target) -> dict[str, Any]:
             merged[f.rel].recipes += f.recipes
         else:
             merged[f.rel] = f
-    pending = journal.data.get("pending")
+    pending = journal.data.get("pending")  # a transaction of the whole tree (both packages in site-packages)
+    checks = rechecks(journal, target, recipes, probe) if recipes else {}
+    applied = []
+    for a in mine:
+        row = {k: a.get(k) for k in ("id", "at", "arch", "version", "files")}
+        ev = a.get("evidence") or {}
+        row["proof"] = {"level": ev.get("level"), "rung": ev.get("rung"), "verdicts": len(ev.get("verdicts") or [])}
+        if a["id"] in checks:
+            c = checks[a["id"]]
+            row["recheck"] = c.to_dict()
+            if not c.holds:
+                row["rollback"] = rollback_hint(target, a["id"])
+        applied.append(row)
     return {
         "journal": str(journal.dir) if journal.exists else None,
-        "applied": [{k: a.get(k) for k in ("id", "at", "arch", "version", "files")} for a in journal.applied],
+        "applied": applied,
         "files": [f.to_dict() for f in merged.values()],
         "interrupted": sorted(pending["writes"]) if pending else [],
+        "stale": [a["id"] for a in applied if a.get("recheck", {}).get("holds") is False],
     }
 
 

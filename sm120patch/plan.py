@@ -28,6 +28,7 @@ NOT_APPLICABLE = "not-applicable"
 BLOCKED = "blocked"
 APPLIED = "applied"
 REVERTED = "reverted"
+STALE = "stale"  # applied, but the kernels its probe proved are gone from the FlashInfer now in front of it
 FAILED = "failed"  # an edit could not be made safely (rewritten code did not compile, ...)
 
 
@@ -165,12 +166,14 @@ def plan(
     arch: Arch | Sequence[Arch],
     applied: dict[str, str] | None = None,
     read: Callable[[Path], bytes] | None = None,
+    allow_untested: bool = False,
 ) -> list[RecipePlan]:
     """Plan every recipe of `target.package` on `target`.
 
     `applied` maps recipe ids the journal holds to a reason line; those report
     `applied` without being re-run. `read` overrides how file bytes are read
-    (rollback replays recipes over original bytes).
+    (rollback replays recipes over original bytes). `allow_untested` plans recipes on
+    releases newer than they were tested on as if tested.
     """
     return _plan(Workspace(target, read), recipes, arch, applied)
 

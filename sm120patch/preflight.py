@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.engine import Probe, applied_reasons, block_failing
+from sm120patch.engine import Probe, applied_reasons, block_failing, mark_stale
 from sm120patch.gatekeeper import make_probe
 from sm120patch.journal import Journal
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, RecipePlan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, STALE, RecipePlan
 from sm120patch.plan_cache import plan_statuses
 from sm120patch.recipes import Recipe
 from sm120patch.rungs import rung_index
@@ -26,6 +26,7 @@ _ADVICE = {
     SATISFIED: "nothing to do: this release already opens the gate",
     NOT_APPLICABLE: "nothing to do",
     APPLIED: "applied; `sm120patch rollback {root} --recipe {id}` takes it back",
+    STALE: "the kernels it needs are gone: run `sm120patch rollback {root} --recipe {id}` before the next start",
 }
 
 
@@ -47,8 +48,6 @@ def preflight(
     for t in targets:
         for p in _plans(t, recipes, archs, probe):
             verdicts = p.probe
-            if p.status == APPLICABLE and probe is not None and p.recipe.needs:
-                verdicts = _passing(p.recipe, archs, fi, level)
             rows.append(
                 {
                     "id": p.recipe.id,
@@ -79,16 +78,11 @@ def preflight(
 def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
     """`engine.make_plan`, with the statuses from the plan-result cache (`plan_statuses`)
     when the tree, the recipes and this tool are as they were: a warm pre-flight parses nothing."""
-    plans = plan_statuses(t, recipes, archs, applied=applied_reasons(Journal.open(t.root), t))
+    journal = Journal.open(t.root)
+    plans = plan_statuses(t, recipes, archs, applied=applied_reasons(journal, t))
     block_failing(plans, probe)
+    mark_stale(plans, journal, t, probe)
     return plans
-
-
-def _passing(recipe: Recipe, archs: Sequence[Arch], fi: Any, level: str) -> list[dict[str, Any]]:
-    """Verdicts of a recipe that passed (served from the probe cache the plan just filled)."""
-    from sm120patch.probes import ProbeCache, probe_recipe
-
-    return [v.to_dict() for v in probe_recipe(recipe.needs, archs, fi, level, ProbeCache())]
 
 
 def _rung(verdicts: Sequence[dict[str, Any]]) -> str:

@@ -151,7 +151,8 @@ def probe_kernel(
 
 def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str, cache: ProbeCache | None) -> Verdict:
     top = rung_index(level)
-    evidence = {"flashinfer": {"version": fi.version, "location": fi.location}, "files": fingerprint(fi, kernel)}
+    where = {"version": fi.version, "location": fi.location, "python": fi.python, "source": fi.source}
+    evidence = {"flashinfer": where, "files": fingerprint(fi, kernel)}
     if kernel.absent_on(arch):
         rung, step = _absent(kernel, arch, fi, top)
         return Verdict(

@@ -214,13 +214,13 @@ def test_plan_every_arch_must_be_covered(sm, site: Path) -> None:  # noqa: ANN00
 @pytest.fixture
 def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe that finds no kernels for the allreduce recipe, without looking for a FlashInfer."""
-    from sm120patch.engine import ProbeFailure
+    from sm120patch.gatekeeper import ProbeResult
 
     def make_probe(archs, fi, level):  # noqa: ANN001, ANN202
         def probe(recipe):  # noqa: ANN001, ANN202
             if recipe.id == ALLREDUCE:
-                return ProbeFailure("trtllm_comm missing for sm_120", "static", [{"result": "fail"}])
-            return None
+                return ProbeResult(False, "trtllm_comm missing for sm_120", "static", level, [{"result": "fail"}])
+            return ProbeResult(True, "kernels proven", "static", level, [])
 
         return probe
 
@@ -229,7 +229,7 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("failing_probe")
-def test_blocked_plan_and_reverted_apply_are_exit_1(sm, site: Path) -> None:  # noqa: ANN001
+def test_blocked_plan_and_blocked_apply_are_exit_1(sm, site: Path) -> None:  # noqa: ANN001
     pristine = snapshot(site)
     r = sm("plan", "--arch", "sm_120", "--probe", "static", "--json", site)
     assert r.code == 1
@@ -240,7 +240,7 @@ def test_blocked_plan_and_reverted_apply_are_exit_1(sm, site: Path) -> None:  # 
     r = sm("apply", "--arch", "sm_120", "--probe", "static", "--json", site)
     assert r.code == 1
     by_id = {x["id"]: x for x in r.json()["recipes"]}
-    assert by_id[ALLREDUCE]["status"] == "reverted" and by_id[MOE]["status"] == "applied"
+    assert by_id[ALLREDUCE]["status"] == "blocked" and by_id[MOE]["status"] == "applied"
     assert snapshot(site)[COMMUNICATOR_REL] == pristine[COMMUNICATOR_REL]
 
 

@@ -19,10 +19,10 @@ import pytest
 from sm120patch import engine, journal
 from sm120patch.arch import parse_arch
 from sm120patch.diffs import NO_EOL, unified
-from sm120patch.engine import ProbeFailure
 from sm120patch.errors import JournalError, UserError
+from sm120patch.gatekeeper import ProbeResult
 from sm120patch.journal import DIRNAME, Journal, atomic_write, sha256, state_dir_for
-from sm120patch.plan import APPLICABLE, APPLIED, NOT_APPLICABLE, REVERTED, SATISFIED, plan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, plan
 from sm120patch.recipes import load_recipes
 from sm120patch.targets import Target, discover
 from tests.unit.sglang_fakes import (
@@ -368,18 +368,23 @@ def test_lock_in_another_process(site: Path) -> None:
     assert statuses(engine.apply(t, RECIPES, ARCH)) == dict.fromkeys(ALL_IDS, APPLIED)
 
 
-def test_probe_failure_reverts_only_that_recipe(site: Path) -> None:
+def _probe_failing(*ids: str):  # noqa: ANN202
+    """A probe that finds no kernels for the recipes `ids` and proves every other one."""
+
+    def probe(recipe):  # noqa: ANN001, ANN202
+        if recipe.id in ids:
+            return ProbeResult(False, "no trtllm_comm kernels for sm_120", "static", "static", [{"rung": "static"}])
+        return ProbeResult(True, "kernels proven at the static rung", "static", "static", [])
+
+    return probe
+
+
+def test_probe_failure_blocks_only_that_recipe_and_writes_nothing_of_it(site: Path) -> None:
     t = target_at(site)
     pristine = snapshot(site)
     (moe_only,) = plan(t, [r for r in RECIPES if r.id == MOE], ARCH)
-
-    def probe(recipe):  # noqa: ANN001, ANN202
-        if recipe.id == ALLREDUCE:
-            return ProbeFailure("no trtllm_comm kernels for sm_120", "static", [{"rung": "static"}])
-        return None
-
-    plans = {p.recipe.id: p for p in engine.apply(t, RECIPES, ARCH, probe=probe)}
-    assert plans[ALLREDUCE].status == REVERTED and "static" in plans[ALLREDUCE].reason
+    plans = {p.recipe.id: p for p in engine.apply(t, RECIPES, ARCH, probe=_probe_failing(ALLREDUCE))}
+    assert plans[ALLREDUCE].status == BLOCKED and "static" in plans[ALLREDUCE].reason
     assert plans[ALLREDUCE].probe == [{"rung": "static"}]
     assert plans[MOE].status == APPLIED and plans[AUTOTUNE].status == APPLIED
     now = snapshot(site)
@@ -394,14 +399,11 @@ def test_apply_only_one_recipe_sharing_a_file(site: Path) -> None:
     assert plans[MOE] == APPLIED and plans[ALLREDUCE] == APPLICABLE
 
 
-def test_commit_after_a_probe_revert_matches_the_working_tree(tmp_path: Path) -> None:
+def test_commit_after_a_blocked_recipe_matches_the_working_tree(tmp_path: Path) -> None:
     root = make_clone(tmp_path / "sglang")
 
-    def probe(recipe):  # noqa: ANN001, ANN202
-        return ProbeFailure("missing", "static") if recipe.id == ALLREDUCE else None
-
-    plans = statuses(engine.apply(target_at(root), RECIPES, ARCH, probe=probe, commit=True))
-    assert plans[ALLREDUCE] == REVERTED and plans[MOE] == APPLIED
+    plans = statuses(engine.apply(target_at(root), RECIPES, ARCH, probe=_probe_failing(ALLREDUCE), commit=True))
+    assert plans[ALLREDUCE] == BLOCKED and plans[MOE] == APPLIED
     head = git(root, "show", f"HEAD:python/{SERVER_ARGS_REL}")
     assert "or is_sm120_supported()" not in head
     assert git(root, "status", "--porcelain") == ""

@@ -124,7 +124,7 @@ def test_evidence_names_the_files_read_and_notices_a_swap(tmp_path: Path) -> Non
     v = probe_kernel(COMM, SM120, fi, "static")
     files = v.evidence["files"]
     assert set(files) == {"jit/comm.py", *HOST_FILES} and all(len(h) == 64 for h in files.values())
-    assert v.evidence["flashinfer"] == {"version": "0.6.1", "location": fi.location}
+    assert v.evidence["flashinfer"] == {"version": "0.6.1", "location": fi.location, "python": None, "source": "tree"}
     assert changes(v.evidence, fi) == []
     host = tmp_path / "a" / "flashinfer" / "data" / "csrc" / "trtllm_allreduce.cu"
     host.write_text(host.read_text() + "// edited\n")
