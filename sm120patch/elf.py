@@ -190,3 +190,52 @@ def scan_file(path: Path) -> FileArchs:
     res.sass = sorted({e.sm for e in entries if e.kind == "sass"})
     res.ptx = sorted({e.sm for e in entries if e.kind == "ptx"})
     return res
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One kernel of a cubin: its (mangled) symbol and the bytes of its machine code.
+
+    nvcc puts each kernel in a section `.text.<symbol>`, so its size is the size of its
+    SASS: a kernel whose body the preprocessor compiled out is as small as an empty one."""
+
+    symbol: str
+    size: int
+
+    @property
+    def family(self) -> str:
+        return kernel_family(self.symbol)
+
+
+def cubin_kernels(data: bytes) -> list[KernelCode]:
+    """Every kernel's machine-code size in a cubin (ElfError if it is not one)."""
+    h = _header(data)
+    if h.machine != EM_CUDA:
+        raise ElfError(f"e_machine {h.machine} is not EM_CUDA ({EM_CUDA})")
+    return [
+        KernelCode(name[len(".text.") :], size) for name, _, size in _sections(data, h) if name.startswith(".text.")
+    ]
+
+
+def kernel_family(symbol: str) -> str:
+    """The function name of a mangled C++ kernel symbol, without namespaces or template
+    arguments (`_ZN10flashinfer4comm11my_kernelILi1EEEvv` -> `my_kernel`), so the
+    instantiations of one template count together. Plain C names come back unchanged."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    i = 2
+    if symbol.startswith("_ZN"):
+        i = 3
+    last = symbol
+    while i < len(symbol) and symbol[i] in "KVr":  # cv-qualifiers of a nested member function
+        i += 1
+    while i < len(symbol) and symbol[i].isdigit():
+        j = i
+        while j < len(symbol) and symbol[j].isdigit():
+            j += 1
+        n = int(symbol[i:j])
+        last = symbol[j : j + n]
+        i = j + n
+        if not symbol.startswith("_ZN"):
+            break
+    return last

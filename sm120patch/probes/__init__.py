@@ -24,7 +24,7 @@ from sm120patch.kernels import Kernel, get_kernel
 from sm120patch.probes.artifact import jit_module_files, scan_cubins, scan_paths
 from sm120patch.probes.build import check_build
 from sm120patch.probes.cache import ProbeCache, default_cache_dir
-from sm120patch.probes.evidence import fingerprint
+from sm120patch.probes.evidence import changes, fingerprint
 from sm120patch.probes.run import check_run
 from sm120patch.probes.spec import check_spec
 from sm120patch.probes.static import check_static
@@ -104,7 +104,8 @@ def _absent(kernel: Kernel, arch: Arch, fi: FlashInferEnv, top: int) -> tuple[st
 def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str:
     """Everything a verdict depends on that is cheap to read: the kernel's catalogue entry,
     the arch, the FlashInfer (version, where, which interpreter) and the bytes of the files
-    the static rung reads. Higher rungs keep their own caches keyed by what they compile."""
+    the static rung reads. What higher rungs read (the headers a build compiled) is in the
+    verdict's evidence and checked on every hit."""
     return ProbeCache.key(
         {
             "kernel": repr(kernel),
@@ -138,7 +139,8 @@ def probe_kernel(
     if not fi.found:
         return Verdict(kernel_id, arch.name, "unknown", "none", fi.error or "FlashInfer not found", 0.0, asked=level)
     key = _cache_key(kernel, arch, fi, level) if cache else ""
-    if cache and (hit := cache.get(key)):
+    # a cached verdict counts only while every file it read (headers a build compiled, too) is unchanged
+    if cache and (hit := cache.get(key)) and not changes(hit.get("evidence") or {}, fi):
         v = Verdict.from_dict(hit)
         v.cached, v.elapsed_s = True, round(time.monotonic() - start, 3)
         return v

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-COMM = '''
+COMM = """
 import os
 
 MAJORS = {majors}
@@ -28,7 +28,7 @@ class JitSpec:
 def gen_trtllm_comm_module():
     _flags(supported_major_versions={gate})
     return JitSpec()
-'''
+"""
 
 
 # Host-code stand-ins for the files kernels.toml's source checks read: the shape of the facts
@@ -45,8 +45,14 @@ HOST_FILES = {
 }
 
 
-def make_tree(root: Path, gate: str = "[9, 10]", majors: str = "[9, 10, 12]",
-              version: str = "0.6.1", layout: str = "wheel", host: str = "fixed") -> Path:
+def make_tree(
+    root: Path,
+    gate: str = "[9, 10]",
+    majors: str = "[9, 10, 12]",
+    version: str = "0.6.1",
+    layout: str = "wheel",
+    host: str = "fixed",
+) -> Path:
     """A fake FlashInfer: `wheel` (package + dist-info + _build_meta), or `repo` (version.txt).
     `host`: "fixed" (the PR 3903 facts hold), "broken" (a fixed cluster of 8, the old stride)
     or "absent" (no host files)."""
@@ -69,11 +75,9 @@ def make_tree(root: Path, gate: str = "[9, 10]", majors: str = "[9, 10, 12]",
     return root
 
 
-def elf64_header(machine: int, flags: int, abiversion: int, shoff: int = 0, shnum: int = 0,
-                 shstrndx: int = 0) -> bytes:
+def elf64_header(machine: int, flags: int, abiversion: int, shoff: int = 0, shnum: int = 0, shstrndx: int = 0) -> bytes:
     ident = b"\x7fELF" + bytes([2, 1, 1, 0x41 if machine == 190 else 0, abiversion]) + b"\0" * 7
-    return ident + struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff, flags, 64, 0, 0,
-                               64, shnum, shstrndx)
+    return ident + struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff, flags, 64, 0, 0, 64, shnum, shstrndx)
 
 
 def cubin(sm: int, abiversion: int = 8) -> bytes:
@@ -106,3 +110,78 @@ def host_so(fat: bytes) -> bytes:
 
     out += sh(0, 0, 0, 0) + sh(1, 3, names_off, len(names)) + sh(11, 1, data_off, len(fat))
     return bytes(out)
+
+
+# --- a fake FlashInfer whose module the build rung can really compile (tiny kernels, seconds) -----
+
+BUILD_COMM = """
+import os
+
+class JitSpec:
+    name = "trtllm_comm"
+
+    def get_compile_commands(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        data = os.path.join(here, "..", "data")
+        arch = os.environ["FLASHINFER_CUDA_ARCH_LIST"].split()[0]
+        major, minor = arch.split(".")
+        code = f"{{major}}{{minor}}"
+        gencode = f"-gencode=arch=compute_{{code}},code=sm_{{code}}"
+        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        out = []
+        for name in ("fake_comm.cu", "fake_other.cu"):
+            src = os.path.normpath(os.path.join(data, "csrc", name))
+            inc = os.path.normpath(os.path.join(data, "include"))
+            out.append({{"file": src, "command": f"{{nvcc}} -c {{src}} -isystem {{inc}} {{gencode}} -O3 -o /nonexistent/x.o"}})
+        return out
+
+
+def _flags(supported_major_versions):
+    arch = os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "")
+    if int(arch.split(".")[0]) not in supported_major_versions:
+        raise RuntimeError(
+            f"No supported CUDA architectures found for major versions {{supported_major_versions}}."
+        )
+
+
+def gen_trtllm_comm_module():
+    _flags(supported_major_versions={gate})
+    return JitSpec()
+"""
+
+# Our own tiny kernels in the shape of the failure: a template whose body only exists below
+# __CUDA_ARCH__ 1200 (what FlashInfer <= 0.6.16 did to its Lamport kernels), or for every arch.
+BODY_GUARDED = """#pragma once
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 1200)
+#define FAKE_BODY(p, n) p[n] = p[n] * 2.0f + 1.0f;
+#else
+#define FAKE_BODY(p, n)
+#endif
+"""
+BODY_OPEN = """#pragma once
+#define FAKE_BODY(p, n) p[n] = p[n] * 2.0f + 1.0f;
+"""
+FAKE_COMM_CU = """#include <fake/body.cuh>
+template <int N>
+__global__ void fake_lamport_kernel(float* p) { FAKE_BODY(p, N) }
+template __global__ void fake_lamport_kernel<1>(float*);
+template __global__ void fake_lamport_kernel<2>(float*);
+template __global__ void fake_lamport_kernel<3>(float*);
+"""
+FAKE_OTHER_CU = """__global__ void fake_two_shot_kernel(float* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1.0f;
+}
+"""
+
+
+def make_buildable_tree(root: Path, guarded: bool, gate: str = "[9, 10, 12]", version: str = "0.6.16") -> Path:
+    """A fake FlashInfer whose trtllm_comm generator lists two small CUDA units to compile."""
+    make_tree(root, gate=gate, version=version, host="fixed")
+    pkg = root / "flashinfer"
+    (pkg / "jit" / "comm.py").write_text(BUILD_COMM.format(gate=gate))
+    (pkg / "data" / "include" / "fake").mkdir(parents=True)
+    (pkg / "data" / "include" / "fake" / "body.cuh").write_text(BODY_GUARDED if guarded else BODY_OPEN)
+    (pkg / "data" / "csrc" / "fake_comm.cu").write_text(FAKE_COMM_CU)
+    (pkg / "data" / "csrc" / "fake_other.cu").write_text(FAKE_OTHER_CU)
+    return root

@@ -1,0 +1,79 @@
+"""The build rung on real FlashInfer releases, for SM120, on a machine with no SM120 GPU.
+
+FlashInfer 0.6.16 with only `supported_major_versions` widened by hand (what a by-hand edit
+of jit/comm.py does) builds trtllm_comm for sm_120f, but its Lamport all-reduce kernels come
+out with empty bodies and its launchers keep the unclamped cluster of 8: the probe must fail
+and name both. FlashInfer 0.6.17 (PR 3903) must pass. nvcc compiles device code only, so
+this runs wherever CUDA >= 12.9 is installed; the cubins are cached (by command, nvcc and the
+sha256 of every header read) under the shared test cache, so a warm run reads hashes only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sm120patch.arch import parse_arch
+from sm120patch.device import can_build_for, find_cuda
+from tests.integration.fi_releases import spec_venv, unpacked
+from tools.releases import cache_dir
+
+pytestmark = pytest.mark.releases
+
+NVCC_OK, NVCC_WHY = can_build_for(find_cuda(), parse_arch("sm_120"), family=True)
+needs_nvcc = pytest.mark.skipif(not NVCC_OK, reason=f"the build rung needs an nvcc for sm_120f: {NVCC_WHY}")
+CLI = [sys.executable, "-m", "sm120patch"]
+
+
+def widened_by_hand(version: str, dest: Path) -> Path:
+    """A copy of FlashInfer `version` with jit/comm.py's gate widened to [9, 10, 12], and
+    nothing else changed: the edit a user makes by hand."""
+    src = unpacked("flashinfer-python", version) / "flashinfer"
+    pkg = dest / "flashinfer"
+    shutil.copytree(src, pkg, copy_function=os.link)  # hard links: never write one in place
+    comm = pkg / "jit" / "comm.py"
+    text = comm.read_text()
+    assert text.count("supported_major_versions=[9, 10]") == 1, "the gate moved: update this test"
+    comm.unlink()
+    comm.write_text(text.replace("supported_major_versions=[9, 10]", "supported_major_versions=[9, 10, 12]"))
+    return dest
+
+
+def probe_build(tree: Path) -> tuple[int, dict]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir() / "xdg")}  # shared, so CI reruns are warm
+    args = ["probe", "flashinfer:trtllm_comm", "--arch", "sm_120", "--probe-level", "build"]
+    args += ["--flashinfer", str(tree), "--python", str(spec_venv()), "--json"]
+    r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=3 * 3600, env=env)
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+@needs_nvcc
+def test_flashinfer_0_6_16_widened_by_hand_fails_on_empty_bodies_and_the_cluster(tmp_path: Path) -> None:
+    code, out = probe_build(widened_by_hand("0.6.16", tmp_path / "fi"))
+    assert code == 1
+    (v,) = out["verdicts"]
+    assert (v["result"], v["rung"], v["asked"]) == ("fail", "build", "build"), v["reason"]
+    reason = v["reason"]
+    assert "480 of 480 lamport_style_one_shot_all_reduce_norm_kernel instantiations have an empty body" in reason
+    assert "cluster of 8" in reason and "PR 3903" in reason
+    assert [s["rung"] for s in v["steps"]] == ["static", "artifact", "spec", "build"]
+    build = v["evidence"]["build"]
+    assert build["sms"] == [120] and build["empty_size"] > 0
+    assert {"family": "lamport_style_one_shot_all_reduce_norm_kernel", "empty": 480, "of": 480} in build["empty"]
+
+
+@needs_nvcc
+def test_flashinfer_0_6_17_passes_the_build_rung(tmp_path: Path) -> None:
+    code, out = probe_build(unpacked("flashinfer-python", "0.6.17"))
+    (v,) = out["verdicts"]
+    assert (v["result"], v["rung"], v["asked"]) == ("pass", "build", "build"), v["reason"]
+    assert code == 0
+    assert "none with an empty body" in v["reason"] and v["evidence"]["build"]["empty"] == []
+    assert v["evidence"]["build"]["kernels"] > 900
