@@ -132,7 +132,8 @@ class JitSpec:
         for name in ("fake_comm.cu", "fake_other.cu"):
             src = os.path.normpath(os.path.join(data, "csrc", name))
             inc = os.path.normpath(os.path.join(data, "include"))
-            out.append({{"file": src, "command": f"{{nvcc}} -c {{src}} -isystem {{inc}} {{gencode}} -O3 -o /nonexistent/x.o"}})
+            cmd = f"{{nvcc}} -c {{src}} -isystem {{inc}} {{gencode}} -O3 -o /nonexistent/x.o"
+            out.append({{"file": src, "command": cmd}})
         return out
 
 
