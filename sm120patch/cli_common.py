@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sm120patch.plan import RecipePlan
     from sm120patch.recipes import Recipe
     from sm120patch.targets import Target
+    from sm120patch.transaction import Run
 
 _STATUS_COLOUR = {
     "applicable": "yellow",
@@ -92,12 +93,14 @@ def probe_options(default: str) -> Any:
 
 def target_options(f: Any) -> Any:
     f = click.option(
-        "--installed", is_flag=True, help="Use the copy the current Python imports (found without importing it)."
+        "--installed",
+        is_flag=True,
+        help="Use the SGLang and FlashInfer the current Python imports (found without importing them).",
     )(f)
     f = click.option(
         "--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package, when PATH holds several."
     )(f)
-    return click.argument("path", required=False, type=click.Path(path_type=Path))(f)
+    return click.argument("paths", nargs=-1, type=click.Path(path_type=Path), metavar="[PATH]...")(f)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
@@ -110,14 +113,27 @@ recipes_option = click.option(
 )
 
 
-def targets_for(path: Path | None, installed_flag: bool, package: str | None) -> list[Target]:
+def targets_for(paths: Sequence[Path], installed_flag: bool, package: str | None) -> list[Target]:
+    """Every package tree the paths hold (an SGLang clone and a FlashInfer tree, or both in one
+    site-packages), each once; or, with --installed, what this Python imports."""
     if installed_flag:
-        if path is not None:
+        if paths:
             raise UserError("give PATH or --installed, not both")
-        return [installed(package or "sglang")]
-    if path is None:
+        found = []
+        for pkg in [package] if package else ["sglang", "flashinfer"]:
+            try:
+                found.append(installed(pkg))
+            except UserError:
+                if package or pkg == "sglang":
+                    raise
+        return found
+    if not paths:
         raise UserError("missing PATH: give the folder of an SGLang/FlashInfer clone or install, or --installed")
-    return discover(path, package)
+    out: dict[Path, Target] = {}
+    for path in paths:
+        for t in discover(path, package):
+            out.setdefault(t.package_dir, t)
+    return list(out.values())
 
 
 def emit_json(data: Any) -> None:
@@ -163,6 +179,21 @@ def report(
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
     return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED, STALE) for p in plans) else EXIT_OK
+
+
+def make_run(
+    targets: Sequence[Target],
+    archs: Sequence[Arch],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    allow_untested: bool = False,
+) -> Run:
+    """What one plan/apply shares: the archs, the FlashInfer the probes judge, the rung."""
+    from sm120patch.transaction import Run
+
+    fi = None if level == "none" else resolve_flashinfer(targets, flashinfer, python)
+    return Run(list(archs), fi, level, lambda a, f, lv: make_probe(a, f, lv), allow_untested)
 
 
 def make_tree_probe(

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @json_option
 def plan_cmd(
-    path: Path | None,
+    paths: tuple[Path, ...],
     installed: bool,
     package: str | None,
     arch: tuple[str, ...],
@@ -55,18 +55,21 @@ def plan_cmd(
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
 
+    PATH may be given twice: an SGLang tree and the FlashInfer it runs on (or one
+    site-packages holding both). FlashInfer recipes are planned first, and the SGLang
+    recipes' probes judge FlashInfer as those recipes would leave it.
+
     Nothing is written. The diff applies with `git apply` from the tree's root. A
     recipe whose kernels the probe cannot find for the GPU shows as `blocked`; an
     applied one whose kernels are gone from the FlashInfer now in front of it, `stale`
     (exit 1, with the rollback command).
     """
-    from sm120patch.engine import make_plan
+    from sm120patch.transaction import plan_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(path, installed, package)
+    targets = targets_for(paths, installed, package)
     archs, arch_note = resolve_archs(arch)
-    probe = common.make_tree_probe(targets, archs, level, flashinfer, python)
-    plans = [p for t in targets for p in make_plan(t, recipes, archs, probe=probe, allow_untested=allow_untested)]
+    plans = plan_many(targets, recipes, common.make_run(targets, archs, level, flashinfer, python, allow_untested))
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
@@ -96,7 +99,7 @@ def plan_cmd(
 @click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
 @json_option
 def apply_cmd(
-    path: Path | None,
+    paths: tuple[Path, ...],
     installed: bool,
     package: str | None,
     arch: tuple[str, ...],
@@ -113,7 +116,8 @@ def apply_cmd(
     as_json: bool,
 ) -> None:
     """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
-    journal, then write.
+    journal, then write. With an SGLang tree and a FlashInfer tree (two PATHs, or one
+    site-packages), FlashInfer goes first and the SGLang probes judge it patched.
 
     A recipe whose probe does not find its kernels for every GPU arch is never written
     (`blocked`, exit 1). The journal (.sm120patch/ at the tree's root) records the
@@ -122,32 +126,18 @@ def apply_cmd(
     under an applied recipe changed: it probes again and rolls back what lost its
     kernels (`reverted`, exit 1).
     """
-    from sm120patch import engine
+    from sm120patch.transaction import apply_many
 
     recipes = common.load_recipes(recipe_dir)
     unknown = [i for i in only if i not in {r.id for r in recipes}]
     if unknown:
         raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
-    targets = targets_for(path, installed, package)
+    targets = targets_for(paths, installed, package)
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    probe = common.make_tree_probe(targets, archs, level, flashinfer, python)
-    plans = [
-        p
-        for t in targets
-        for p in engine.apply(
-            t,
-            recipes,
-            archs,
-            probe=probe,
-            force=force,
-            commit=commit,
-            wait_s=wait_s,
-            only=only or None,
-            allow_untested=allow_untested,
-        )
-    ]
+    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    plans = apply_many(targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None)
     sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
 
 
@@ -166,7 +156,7 @@ def apply_cmd(
 @recipes_option
 @json_option
 def rollback_cmd(
-    path: Path | None,
+    paths: tuple[Path, ...],
     installed: bool,
     package: str | None,
     ids: tuple[str, ...],
@@ -179,20 +169,21 @@ def rollback_cmd(
 
     Also finishes an apply that was killed midway, returning those files to their
     state before it. Refuses to overwrite a file you edited after apply unless --force.
+    Rolling back a FlashInfer recipe first rolls back the SGLang recipes that were
+    proven on it (in any tree), and says so; SGLang trees go before FlashInfer ones.
     """
-    from sm120patch import engine
+    from sm120patch.transaction import rollback_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(path, installed, package)
-    results = [
-        {"target": t.to_dict(), **engine.rollback(t, recipes, ids=ids or None, force=force, wait_s=wait_s)}
-        for t in targets
-    ]
+    targets = targets_for(paths, installed, package)
+    results = rollback_many(targets, recipes, ids=ids or None, force=force, wait_s=wait_s)
     if as_json:
         emit_json({"targets": results})
         return
     for r in results:
         t = r["target"]
+        if r.get("because"):
+            click.echo(f"{t['package']} at {t['root']}: rolled back too, {r['because']}")
         if not r["rolled_back"] and not r["recovered"]:
             click.echo(f"{t['package']} at {t['root']}: nothing to roll back")
             continue
@@ -215,7 +206,7 @@ def rollback_cmd(
 @recipes_option
 @json_option
 def status_cmd(
-    path: Path | None,
+    paths: tuple[Path, ...],
     installed: bool,
     package: str | None,
     arch: tuple[str, ...],
@@ -234,7 +225,7 @@ def status_cmd(
     """
     from sm120patch import engine
 
-    targets = targets_for(path, installed, package)
+    targets = targets_for(paths, installed, package)
     recipes = common.load_recipes(recipe_dir)
     archs = _status_archs(targets, arch)
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None

@@ -155,37 +155,71 @@ def apply(
     allow_untested: bool = False,
 ) -> list[RecipePlan]:
     """Take back what went stale, plan, probe, then journal and write what the probe proved."""
-    archs = [arch] if isinstance(arch, Arch) else list(arch)
-    arch_names = ",".join(a.name for a in archs)
     journal = Journal.open(target.root)
     with journal.lock(wait_s):
         journal.recover()
-        stale = _take_back_stale(journal, target, recipes, archs, probe)
-        applied = applied_reasons(journal, target)
-        plans = plan(target, recipes, archs, applied=applied, allow_untested=allow_untested)
-        if only:
-            # plan the chosen ones on their own, so their before-bytes are the tree's and not
-            # another recipe's output; the others are still reported
-            plans = _replan(target, recipes, archs, applied, plans, set(only), allow_untested)
-        todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
-        proofs = block_failing(todo, probe)
-        keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
-        if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
-            plans = _replan(target, recipes, archs, applied, plans, keep, allow_untested)
-        for p in plans:
-            if p.recipe.id in stale:
-                p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
-        todo = [p for p in plans if p.recipe.id in keep]
-        if not todo:
-            journal.remove_if_empty()
-            return plans
-        _write(journal, target, todo, proofs, arch_names, force)
-        if commit and target.is_git:
-            _commit(journal, target, recipes, archs, todo, arch_names)
-        return plans
+        return apply_locked(
+            journal, target, recipes, arch, probe=probe, force=force, commit=commit, only=only,
+            allow_untested=allow_untested,
+        )  # fmt: skip
 
 
-def _replan(
+def apply_locked(
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    arch: Arch | Sequence[Arch],
+    *,
+    probe: Probe | None,
+    force: bool,
+    commit: bool,
+    only: Sequence[str] | None,
+    allow_untested: bool,
+) -> list[RecipePlan]:
+    """`apply` with the tree's journal already locked and recovered (one of several targets)."""
+    archs = [arch] if isinstance(arch, Arch) else list(arch)
+    stale = take_back_stale(journal, target, recipes, archs, probe)
+    applied = applied_reasons(journal, target)
+    plans = plan(target, recipes, archs, applied=applied, allow_untested=allow_untested)
+    if only:
+        # plan the chosen ones on their own, so their before-bytes are the tree's and not
+        # another recipe's output; the others are still reported
+        plans = replan(target, recipes, archs, applied, plans, set(only), allow_untested)
+    todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
+    proofs = block_failing(todo, probe)
+    keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
+    if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
+        plans = replan(target, recipes, archs, applied, plans, keep, allow_untested)
+    for p in plans:
+        if p.recipe.id in stale:
+            p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
+    write_proven(
+        journal, target, recipes, archs, [p for p in plans if p.recipe.id in keep], proofs, force=force, commit=commit
+    )
+    return plans
+
+
+def write_proven(
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    todo: Sequence[RecipePlan],
+    proofs: dict[str, ProbeResult],
+    *,
+    force: bool,
+    commit: bool,
+) -> None:
+    """Journal and write the recipes whose probe passed (each keeps its proof), then commit."""
+    if not todo:
+        journal.remove_if_empty()
+        return
+    _write(journal, target, todo, proofs, ",".join(a.name for a in archs), force)
+    if commit and target.is_git:
+        _commit(journal, target, recipes, archs, todo, ",".join(a.name for a in archs))
+
+
+def replan(
     target: Target,
     recipes: Sequence[Recipe],
     archs: Sequence[Arch],
@@ -203,7 +237,7 @@ def _replan(
     return [alone.get(p.recipe.id, p) for p in plans]
 
 
-def _take_back_stale(
+def take_back_stale(
     journal: Journal, target: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None
 ) -> dict[str, str]:
     """Roll back applied recipes whose proof no longer holds; renew the proof of those that
@@ -287,15 +321,22 @@ def rollback(
     ids: Sequence[str] | None = None,
     force: bool = False,
     wait_s: float = 0.0,
+    missing_ok: bool = False,
 ) -> dict[str, Any]:
-    """Take recipes back out (all by default), restoring the recorded original bytes."""
+    """Take recipes back out (all by default), restoring the recorded original bytes.
+    `missing_ok`: ids not applied here are skipped instead of refused (a dependent that
+    was already rolled back)."""
     journal = Journal.open(target.root)
     if not journal.exists and not journal.dir.exists():
         return {"rolled_back": [], "recovered": [], "kept_copies": [], "remaining": []}
     with journal.lock(wait_s):  # (a folder without journal.json is what a killed run left: cleaned below)
         recovered = journal.recover()
         unknown = [i for i in ids or [] if i not in journal.applied_ids()]
-        if unknown:
+        if unknown and missing_ok:
+            ids = [i for i in ids or [] if i in journal.applied_ids()]
+            if not ids:
+                return {"rolled_back": [], "recovered": recovered, "kept_copies": [], "remaining": []}
+        elif unknown:
             raise UserError(
                 f"{target.root}: {', '.join(unknown)} not applied here; "
                 f"applied: {', '.join(journal.applied_ids()) or 'none'}"

@@ -330,7 +330,7 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
         if diff_applies(scratch, patch_file):
             diff_applies(scratch, patch_file, check=False)
             for rel in rels:
-                ws.set(ws.target.package_dir / rel, (scratch / rel).read_text(newline=""))
+                ws.set(ws.target.package_dir / rel, (scratch / rel).read_bytes().decode("utf-8"))
             return EditResult(edit.name, "changed", [ws.target.rel(ws.target.package_dir / r) for r in rels])
         if diff_applies(scratch, patch_file, reverse=True):
             return EditResult(edit.name, "satisfied", [ws.target.rel(ws.target.package_dir / r) for r in rels])
