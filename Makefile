@@ -39,7 +39,7 @@ reliability: venv
 	$(PY) tools/reliability_report.py
 
 ## demo: fetch SGLang $(DEMO_SGLANG) (a git clone's layout) and FlashInfer $(DEMO_FLASHINFER) from PyPI,
-## pre-flight for sm_120, show the dry-run diff, apply (the probe reverts the allreduce gate: that
+## pre-flight for sm_120, show the dry-run diff, apply (the probe blocks the allreduce gate before writing it: that
 ## FlashInfer has no SM12x kernels for it), show status, roll back, and show the tree pristine again.
 demo: venv
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
@@ -51,7 +51,7 @@ demo: venv
 	-$(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER) --no-torch
 	@echo; echo "== sm120patch plan: statuses and the dry-run diff (nothing written; exit 1: one recipe blocked)"
 	-$(CLI) plan $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER)
-	@echo; echo "== sm120patch apply against FlashInfer $(DEMO_FLASHINFER) (exit 1: one recipe reverted by its probe)"
+	@echo; echo "== sm120patch apply against FlashInfer $(DEMO_FLASHINFER) (exit 1: the probe blocks one recipe before anything is written)"
 	-$(CLI) apply $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER) --no-diff
 	@echo; echo "== sm120patch apply against FlashInfer $(DEMO_FLASHINFER_NEW) (has SM12x trtllm_comm kernels)"
 	$(CLI) apply $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER_NEW) --no-diff

@@ -38,10 +38,11 @@ def widened_by_hand(version: str, dest: Path) -> Path:
     pkg = dest / "flashinfer"
     shutil.copytree(src, pkg, copy_function=os.link)  # hard links: never write one in place
     comm = pkg / "jit" / "comm.py"
-    text = comm.read_text()
-    assert text.count("supported_major_versions=[9, 10]") == 1, "the gate moved: update this test"
+    head, sep, tail = comm.read_text().partition("def gen_trtllm_comm_module(")
+    assert sep and "supported_major_versions=[9, 10]" in tail.split("\ndef ")[0], "the gate moved: update this test"
     comm.unlink()
-    comm.write_text(text.replace("supported_major_versions=[9, 10]", "supported_major_versions=[9, 10, 12]"))
+    tail = tail.replace("supported_major_versions=[9, 10]", "supported_major_versions=[9, 10, 12]", 1)
+    comm.write_text(head + sep + tail)
     return dest
 
 
