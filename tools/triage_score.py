@@ -174,9 +174,7 @@ def run_case(case: Case) -> Outcome:
     fatal = [f for f in data["findings"] if f["fatal"]]
     named = [f["signature"] for f in fatal]
     hits = [f for f in fatal if f["signature"] in case.expect]
-    fix_ok = bool(hits) and all(
-        any(s.lower() in f["next_step"].lower() for f in hits) for s in case.fix_has
-    )
+    fix_ok = bool(hits) and all(any(s.lower() in f["next_step"].lower() for f in hits) for s in case.fix_has)
     return Outcome(
         case=case,
         named=named,
