@@ -46,7 +46,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "CUDA error",
         re.compile(r"CUDA (?:error|Error|driver error)|cudaError\w+|CUDA_ERROR_\w+|\bcuda runtime error\b"),
     ),
-    ("compiler-error", "ptxas/nvcc error", re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal")),
+    (
+        "compiler-error",
+        "compiler error (ptxas/nvcc/LLVM)",
+        re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b"),
+    ),
     ("assertion", "assertion failed", re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b")),
     (
         "python-exception",

@@ -262,6 +262,19 @@ def render(s: Score) -> str:
         os_ = by_fw[fw]
         right = sum(o.right for o in os_)
         lines.append(f"| {fw} | {len(os_)} | {sum(o.case.sm12x for o in os_)} | {right}/{len(os_)} |")
+    lines += ["", "| corpus file | cases | SM12x right with fix | others right | blamed on SM12x wrongly | silent |"]
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    by_file: dict[str, list[Outcome]] = {}
+    for o in s.outcomes:
+        by_file.setdefault(o.case.source, []).append(o)
+    for name in sorted(by_file):
+        os_ = by_file[name]
+        pos = [o for o in os_ if o.case.sm12x]
+        neg = [o for o in os_ if not o.case.sm12x]
+        lines.append(
+            f"| {name} | {len(os_)} | {sum(o.right_with_fix for o in pos)}/{len(pos)} | "
+            f"{sum(o.right for o in neg)}/{len(neg)} | {sum(o.blamed for o in neg)} | {sum(o.silent for o in os_)} |"
+        )
     if f["missed_sm12x"]:
         lines += ["", "SM12x cases not fully right: " + ", ".join(f"`{i}`" for i in f["missed_sm12x"]) + "."]
     if f["negatives_blamed_on_sm12x"]:

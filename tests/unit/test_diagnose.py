@@ -79,6 +79,7 @@ REAL_LINES = {
     "hf-gated-or-auth": "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-66f4b037-1bf3d7d219afbc904ee05694;5601d2c9-8fd8-4ed8-b38d-d8a432e1fa59)",
     "tokenizer-load-error": "Exception: data did not match any variant of untagged enum ModelWrapper at line 646517 column 3",
     "import-error": "ModuleNotFoundError: No module named 'slora._kernels'",
+    "triton-too-old-for-sm12x": "LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32",
 }
 
 # A traceback shaped like FlashInfer's JIT path (frames written here, error text from
