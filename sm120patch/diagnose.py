@@ -344,6 +344,8 @@ class Diagnoser:
                 notes.append(f"the log shows a GPU that is not SM12x (line {ev.line_no}: {ev.line})")
         sig = f.sig
         details = dict(f.details)
+        if sig is not None:
+            sig.judge(details)  # adds the {group}_means texts the templates may use
         step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
         check = ""
         if verdict == "maybe":
@@ -368,7 +370,13 @@ class Diagnoser:
                 if m:
                     details.update({k: v for k, v in m.groupdict().items() if v and k not in details})
                     break
-        return details, sig.judge(details)
+        verdict = sig.judge(details)
+        return details, verdict
+
+    @staticmethod
+    def _shown(details: dict[str, str]) -> dict[str, str]:
+        """Captures as shown in a finding: the value explanations are already in its meaning."""
+        return {k: v for k, v in details.items() if not k.endswith("_means")}
 
     def _bump(self, key: tuple[str, str, tuple[str, ...]], make: Any, verdict: str | None = None) -> list[Finding]:
         found = self._findings.get(key)
@@ -417,7 +425,7 @@ class Diagnoser:
                 line=_clip(line.strip()),
                 recipe_ids=list(ids),
                 journal=journal,
-                details=details,
+                details=self._shown(details),
                 sources=list(sig.sources) if sig else [],
                 notes=notes,
                 sm12x=verdict,
@@ -441,7 +449,7 @@ class Diagnoser:
                 next_step=_fill(sig.next_step, details),
                 line_no=self.lines_read,
                 line=_clip(line.strip()),
-                details=details,
+                details=self._shown(details),
                 sources=list(sig.sources),
                 notes=notes,
                 sm12x=verdict,
