@@ -320,8 +320,15 @@ class Diagnoser:
     # -- internals -------------------------------------------------------
 
     def _match(self, line: str) -> list[tuple[Signature, re.Match[str]]]:
-        """The first catalogue signature (file order: most specific first) that matches."""
+        """The first catalogue signature (file order: most specific first) that matches.
+
+        A line logged at INFO/WARNING level is never a fatal cause (vLLM warns "CUDA out of
+        memory occurred when warming up" on runs that go on): guard must not stop a server for it.
+        """
+        _, quiet = fatal.strip_prefix(line)
         for sig in self.signatures:
+            if quiet and sig.fatal:
+                continue
             m = sig.search(line)
             if m:
                 return [(sig, m)]

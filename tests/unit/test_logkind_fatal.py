@@ -144,3 +144,10 @@ def test_unnamed_fatal_line_exits_1_with_its_class_even_next_to_warnings() -> No
     assert d.exit_code == 1 and not d.cause_found
     assert [(e.line_no, e.cls) for e in d.unnamed_errors] == [(2, "CUDA error")]
     assert "line 2 [generic: CUDA error]" in d.render()
+
+
+def test_a_warning_line_is_never_a_fatal_cause() -> None:
+    # https://github.com/vllm-project/vllm/issues/5501: logged at WARNING, the run went on
+    line = "WARNING 06-13 11:42:20 _custom_ops.py:11] Failed to import from vllm._C with ImportError('/usr/local/lib/python3.8/dist-packages/vllm/_C.abi3.so: undefined symbol: _ZN5torch7LibraryC1ENS0_4KindESsSt8optionalIN3c1011DispatchKeyEEPKcj')"
+    d = diagnose([line], [], None)
+    assert d.exit_code == 0 and not d.findings and not d.unnamed_errors
