@@ -8,7 +8,7 @@ DEMO_SGLANG ?= 0.5.9
 DEMO_FLASHINFER ?= 0.6.1
 DEMO_FLASHINFER_NEW ?= 0.6.17
 
-.PHONY: venv test test-unit test-releases reliability lint demo docs bench clean
+.PHONY: venv test test-unit test-releases reliability lint demo docs bench triage-score clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ docs: venv
 ## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
+
+## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision into docs/crashed.md
+triage-score: venv
+	$(PY) tools/triage_score.py --write-doc
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache *.egg-info

@@ -5,26 +5,35 @@ window of preceding lines (to name e.g. the JIT module from the traceback), so
 a multi-gigabyte log costs constant memory. Recipe crash signatures are checked
 first: a recipe is implicated only when the journal says it is applied, or,
 without journal information, flagged as "unknown" and said so. Then the
-catalogue of known SM12x signatures (patches/signatures.toml). The result is
-never silent: with no match it says so and what to look for.
+catalogue (patches/signatures.toml; per line the first matching signature wins).
+A fatal line nothing names gets a generic class (fatal.py) and exit 1: a fatal
+log is never answered with silence. Each finding says whether the cause is SM12x
+("yes" only on evidence that does not fit other GPUs, "maybe" with how to tell),
+and its next step is in the flags of the framework that wrote the log (logkind.py).
 
 JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
     {
       "cause_found": bool,          # a fatal signature was named
-      "exit_code": 0 | 1,           # 0 cause found or no error seen; 1 unnamed fatal error
+      "exit_code": 0 | 1,           # 0 cause found or no fatal line; 1 fatal line(s) nothing names
       "lines_read": int,
       "target": str | null,         # --target, used in the rollback commands
       "journal": "read" | "unknown",
+      "framework": "sglang" | "vllm" | "tensorrt-llm" | "pytorch" | null,
+      "gpu": {"gpu": "sm12x" | "other" | "mixed" | "unknown",
+              "sm12x_evidence": {"line_no": int, "line": str} | null,
+              "other_evidence": {"line_no": int, "line": str} | null},
       "findings": [                 # fatal first, then by line
         {
           "source": "recipe" | "catalogue",
           "signature": str,         # catalogue id, or the recipe's signature text
           "fatal": bool,
+          "sm12x": "yes" | "maybe" | "no",  # is the cause SM12x, on this log's evidence
+          "check": str,             # how to tell, when "maybe" (else "")
           "recipe_ids": [str],      # implicated recipes (empty for catalogue-only)
           "journal": "applied" | "unknown" | null,
           "meaning": str,           # one sentence
-          "next_step": str,         # exact command or launch flag
+          "next_step": str,         # exact command or launch flag, for "framework"
           "line_no": int,           # 1-based, first occurrence
           "line": str,              # that line (ANSI colours stripped, clipped)
           "count": int,             # occurrences (ranks repeat the same error)
@@ -33,7 +42,7 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
           "notes": [str]
         }
       ],
-      "unnamed_errors": [{"line_no": int, "line": str}],  # last error lines, when none named
+      "unnamed_errors": [{"line_no": int, "line": str, "class": str}],  # last fatal lines nothing named
       "notes": [str]
     }
 """
@@ -44,11 +53,13 @@ import re
 import shlex
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from sm120patch import fatal
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
+from sm120patch.logkind import LogKind
 from sm120patch.recipes import Recipe
 from sm120patch.signatures import Signature, load_signatures
 
@@ -59,13 +70,9 @@ MAX_UNNAMED = 5
 MISSING = "not named in the log"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Lines that show something went fatally wrong, named or not.
-_ERROR_LINE = re.compile(
-    r"Traceback \(most recent call last\)"
-    r"|(?:^|[\s:\]])(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)(?::|$)"
-    r"|Segmentation fault|core dumped|Fatal Python error|CUDA error"
-    r"|Received sigquit from a child"
-)
+_STRENGTH = {"no": 0, "maybe": 1, "yes": 2}
+NO_GPU_INFO: dict[str, Any] = {"gpu": "unknown", "sm12x_evidence": None, "other_evidence": None}
+GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 LOOK_FOR = (
     "the last 'Traceback (most recent call last)' block and the exception line under it",
     "lines with 'CUDA error', 'NCCL', 'Unsupported architecture' or 'supported on SM'",
@@ -78,6 +85,7 @@ LOOK_FOR = (
 class LogLine:
     line_no: int
     line: str
+    cls: str = ""  # generic class label, e.g. "CUDA error"
 
 
 @dataclass
@@ -97,12 +105,17 @@ class Finding:
     details: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sm12x: str = "maybe"  # "yes" | "maybe" | "no": is the cause SM12x, on this log's evidence
+    check: str = ""  # how to tell, when "maybe"
+    sig: Signature | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "signature": self.signature,
             "fatal": self.fatal,
+            "sm12x": self.sm12x,
+            "check": self.check,
             "recipe_ids": list(self.recipe_ids),
             "journal": self.journal,
             "meaning": self.meaning,
@@ -124,6 +137,8 @@ class Diagnosis:
     journal: str  # "read" | "unknown"
     target: Path | None = None
     notes: list[str] = field(default_factory=list)
+    framework: str | None = None
+    gpu: dict[str, Any] = field(default_factory=lambda: dict(NO_GPU_INFO))
 
     @property
     def causes(self) -> list[Finding]:
@@ -155,17 +170,20 @@ class Diagnosis:
             "lines_read": self.lines_read,
             "target": str(self.target) if self.target else None,
             "journal": self.journal,
+            "framework": self.framework,
+            "gpu": dict(self.gpu),
             "findings": [f.to_dict() for f in self.findings],
-            "unnamed_errors": [{"line_no": e.line_no, "line": e.line} for e in self.unnamed_errors],
+            "unnamed_errors": [{"line_no": e.line_no, "line": e.line, "class": e.cls} for e in self.unnamed_errors],
             "notes": list(self.notes),
         }
 
     def render(self) -> str:
-        """Human-readable report: each finding with its line, meaning and next command."""
+        """Human-readable report: each finding with its line, meaning, SM12x verdict and next command."""
         out: list[str] = []
         n = len(self.findings)
         if n:
-            out.append(f"{n} finding{'s' if n > 1 else ''} in {self.lines_read} log lines:")
+            fw = f" ({self.framework} log)" if self.framework else ""
+            out.append(f"{n} finding{'s' if n > 1 else ''} in {self.lines_read} log lines{fw}:")
         for f in self.findings:
             label = "FATAL" if f.fatal else "warning"
             seen = f", seen {f.count}x" if f.count > 1 else ""
@@ -175,6 +193,7 @@ class Diagnosis:
                 state = "applied, per the journal" if f.journal == "applied" else "journal unknown"
                 out.append(f"  recipe:  {', '.join(f.recipe_ids)} ({state})")
             out.append(f"  meaning: {f.meaning}")
+            out.append(f"  SM12x:   {_verdict_text(f)}")
             out.append(f"  next:    {f.next_step}")
             if f.details:
                 out.append("  details: " + " ".join(f"{k}={v}" for k, v in f.details.items()))
@@ -182,19 +201,30 @@ class Diagnosis:
                 out.append(f"  note:    {note}")
             if f.sources:
                 out.append(f"  sources: {' '.join(f.sources)}")
-        if not self.cause_found:
-            if self.unnamed_errors:
+        if self.unnamed_errors:
+            if self.cause_found:
+                out.append("Fatal lines no signature names (see the cause above first):")
+            else:
                 out.append(
                     f"No known crash signature names the fatal error in {self.lines_read} "
-                    "log lines; the last error lines are:"
+                    "log lines; the last fatal lines, by generic class:"
                 )
-                out.extend(f"  line {e.line_no}: {e.line}" for e in self.unnamed_errors)
-            else:
-                out.append(f"No known crash signature and no error lines in {self.lines_read} log lines.")
+            out.extend(f"  line {e.line_no} [generic: {e.cls}]: {e.line}" for e in self.unnamed_errors)
+        elif not self.cause_found:
+            out.append(f"No known crash signature and no fatal lines in {self.lines_read} log lines.")
+        if not self.cause_found:
             out.append("Look for:")
             out.extend(f"  - {hint}" for hint in LOOK_FOR)
         out.extend(f"note: {note}" for note in self.notes)
         return "\n".join(out)
+
+
+def _verdict_text(f: Finding) -> str:
+    if f.sm12x == "yes":
+        return "yes, an SM12x (SM120/SM121) problem"
+    if f.sm12x == "no":
+        return "no, not an SM12x architecture problem"
+    return f"could be SM12x, or another GPU; how to tell: {f.check or GPU_CHECK}"
 
 
 def _clip(text: str) -> str:
@@ -228,6 +258,7 @@ class Diagnoser:
         self.applied = journal_applied
         self.target = target
         self.signatures = list(load_signatures() if signatures is None else signatures)
+        self.kind = LogKind()
         self._recipes = {r.id: r for r in recipes}
         self._recipe_sigs = [(r.id, s) for r in self._recipes.values() for s in r.crash_signatures]
         self._context: deque[str] = deque(maxlen=CONTEXT_LINES)
@@ -240,8 +271,9 @@ class Diagnoser:
         """Match one log line; returns findings seen for the first time on this line."""
         self.lines_read += 1
         line = _ANSI.sub("", raw.rstrip("\r\n"))
+        self.kind.feed(self.lines_read, line)
         new: list[Finding] = []
-        catalogue = [(s, m) for s in self.signatures if (m := s.search(line))]
+        catalogue = self._match(line)
         hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
         implicated, absent = self._split_by_journal(hit_recipes)
         if implicated:
@@ -254,29 +286,78 @@ class Diagnoser:
                     f"line {self.lines_read} matches the crash signature of "
                     f"{', '.join(absent)}, which the journal shows is not applied"
                 )
-        if not catalogue and not implicated and _ERROR_LINE.search(line):
-            self._errors.append(LogLine(self.lines_read, _clip(line.strip())))
+        if not catalogue and not implicated:
+            cls = fatal.classify(line)
+            if cls is not None:
+                self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
         self._context.append(line)
         return new
 
     def result(self) -> Diagnosis:
-        findings = sorted(self._findings.values(), key=lambda f: (not f.fatal, f.line_no))
+        """The diagnosis so far; verdicts and advice use everything the log has shown."""
+        framework = self.kind.framework
+        findings = sorted(
+            (self._resolve(f, framework) for f in self._findings.values()), key=lambda f: (not f.fatal, f.line_no)
+        )
         notes = list(self._notes)
         if self.applied is None and self._recipe_sigs:
             notes.append(
                 "no journal information: recipes matching the log are flagged 'journal unknown'; "
                 "pass --target PATH to check which are applied"
             )
+        info = self.kind.to_dict()
         return Diagnosis(
             findings=findings,
             lines_read=self.lines_read,
-            unnamed_errors=[] if any(f.fatal for f in findings) else list(self._errors),
+            unnamed_errors=list(self._errors),
             journal="unknown" if self.applied is None else "read",
             target=self.target,
             notes=notes,
+            framework=framework,
+            gpu={k: info[k] for k in ("gpu", "sm12x_evidence", "other_evidence")},
         )
 
     # -- internals -------------------------------------------------------
+
+    def _match(self, line: str) -> list[tuple[Signature, re.Match[str]]]:
+        """The first catalogue signature (file order: most specific first) that matches.
+
+        A line logged at INFO/WARNING level is never a fatal cause (vLLM warns "CUDA out of
+        memory occurred when warming up" on runs that go on): guard must not stop a server for it.
+        """
+        _, quiet = fatal.strip_prefix(line)
+        for sig in self.signatures:
+            if quiet and sig.fatal:
+                continue
+            m = sig.search(line)
+            if m:
+                return [(sig, m)]
+        return []
+
+    def _resolve(self, f: Finding, framework: str | None) -> Finding:
+        """Settle "maybe" with the GPU the log shows, and put the advice in the framework's flags."""
+        verdict, notes = f.sm12x, list(f.notes)
+        if f.source == "recipe" and f.journal == "applied":
+            verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
+        elif verdict == "maybe":
+            gpu = self.kind.gpu
+            if gpu == "sm12x" and self.kind.sm12x_gpu:
+                verdict = "yes"
+                ev = self.kind.sm12x_gpu
+                notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
+            elif gpu == "other" and self.kind.other_gpu:
+                verdict = "no"
+                ev = self.kind.other_gpu
+                notes.append(f"the log shows a GPU that is not SM12x (line {ev.line_no}: {ev.line})")
+        sig = f.sig
+        details = dict(f.details)
+        if sig is not None:
+            sig.judge(details)  # adds the {group}_means texts the templates may use
+        step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
+        check = ""
+        if verdict == "maybe":
+            check = _fill(sig.check, details) if sig is not None and sig.check else GPU_CHECK
+        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes)
 
     def _split_by_journal(self, ids: list[str]) -> tuple[list[str], list[str]]:
         if self.applied is None:
@@ -287,7 +368,8 @@ class Diagnoser:
         if note not in self._notes and len(self._notes) < 20:
             self._notes.append(note)
 
-    def _details(self, line: str, sig: Signature, match: re.Match[str]) -> dict[str, str]:
+    def _details(self, line: str, sig: Signature, match: re.Match[str]) -> tuple[dict[str, str], str]:
+        """Named captures (and context captures), and this match's SM12x verdict."""
         details = {k: v.strip() for k, v in match.groupdict().items() if v}
         if sig.context is not None:
             for text in (line, *reversed(self._context)):
@@ -295,12 +377,20 @@ class Diagnoser:
                 if m:
                     details.update({k: v for k, v in m.groupdict().items() if v and k not in details})
                     break
-        return details
+        verdict = sig.judge(details)
+        return details, verdict
 
-    def _bump(self, key: tuple[str, str, tuple[str, ...]], make: Any) -> list[Finding]:
+    @staticmethod
+    def _shown(details: dict[str, str]) -> dict[str, str]:
+        """Captures as shown in a finding: the value explanations are already in its meaning."""
+        return {k: v for k, v in details.items() if not k.endswith("_means")}
+
+    def _bump(self, key: tuple[str, str, tuple[str, ...]], make: Any, verdict: str | None = None) -> list[Finding]:
         found = self._findings.get(key)
         if found is not None:
             found.count += 1
+            if verdict is not None and _STRENGTH[verdict] > _STRENGTH[found.sm12x]:
+                found.sm12x = verdict  # a later line of the same cause says more (it names sm_120)
             return []
         finding = make()
         self._findings[key] = finding
@@ -315,7 +405,7 @@ class Diagnoser:
         journal = "unknown" if self.applied is None else "applied"
 
         def make() -> Finding:
-            details = self._details(line, sig, match) if sig and match else {}
+            details, verdict = self._details(line, sig, match) if sig and match else ({}, "maybe")
             titles = ", ".join(f"{r} ({self._recipes[r].title})" for r in ids)
             meaning = (
                 _fill(sig.meaning, details)
@@ -342,9 +432,11 @@ class Diagnoser:
                 line=_clip(line.strip()),
                 recipe_ids=list(ids),
                 journal=journal,
-                details=details,
+                details=self._shown(details),
                 sources=list(sig.sources) if sig else [],
                 notes=notes,
+                sm12x=verdict,
+                sig=sig,
             )
 
         return self._bump(("recipe", name, tuple(ids)), make)
@@ -352,8 +444,9 @@ class Diagnoser:
     def _add_catalogue_finding(
         self, line: str, sig: Signature, match: re.Match[str], absent: list[str]
     ) -> list[Finding]:
+        details, verdict = self._details(line, sig, match)
+
         def make() -> Finding:
-            details = self._details(line, sig, match)
             notes = [f"also the crash signature of recipe {r}, which the journal shows is not applied" for r in absent]
             return Finding(
                 source="catalogue",
@@ -363,12 +456,14 @@ class Diagnoser:
                 next_step=_fill(sig.next_step, details),
                 line_no=self.lines_read,
                 line=_clip(line.strip()),
-                details=details,
+                details=self._shown(details),
                 sources=list(sig.sources),
                 notes=notes,
+                sm12x=verdict,
+                sig=sig,
             )
 
-        return self._bump(("catalogue", sig.id, ()), make)
+        return self._bump(("catalogue", sig.id, ()), make, verdict)
 
 
 def diagnose(

@@ -1,8 +1,14 @@
-"""The catalogue of known SM12x crash signatures (patches/signatures.toml), validated strictly.
+"""The catalogue of known crash signatures (patches/signatures.toml), validated strictly.
 
 Signatures are data, like recipes: a typo in the catalogue must fail loudly with
 one line naming the file and the key, never turn into a pattern that silently
 matches nothing. Regexes are compiled once at load time.
+
+Each signature also says how sure it is that the cause is SM12x (`sm12x`): "yes" only
+when the text itself names SM12x; "maybe" when the same text appears on other GPUs
+(then `check` says how to tell); "no" for causes that are not about the architecture.
+A captured architecture (`arch_group`) or a known value (`by_value`, e.g. a shared-memory
+limit) can settle it per match, and `advice` gives the fix in each framework's own flags.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from sm120patch.datafile import check_table, fail, read_toml
 from sm120patch.errors import RecipeError
+from sm120patch.logkind import FRAMEWORKS
 from sm120patch.recipes import default_recipe_dir
 
 FILE_NAME = "signatures.toml"
@@ -28,8 +35,36 @@ _KEYS: dict[str, type] = {
     "meaning": str,
     "next_step": str,
     "sources": list,
+    "sm12x": str,
+    "check": str,
+    "arch_group": str,
+    "by_value": dict,
+    "advice": dict,
 }
-_REQUIRED = ("id", "fatal", "meaning", "next_step", "sources")
+_REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x")
+VERDICTS = ("yes", "maybe", "no")
+_VALUE_KEYS: dict[str, type] = {"sm12x": str, "means": str}
+ANY_VALUE = "*"
+_ARCH_DIGITS = re.compile(r"(\d+)(?:\.(\d))?")
+
+
+def arch_major(text: str) -> int | None:
+    """The compute-capability major in `sm_120a`, `compute_86`, `120`, `12.0`; None if there is none."""
+    m = _ARCH_DIGITS.search(text)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return int(m.group(1))
+    digits = m.group(1)
+    return int(digits[:-1]) if len(digits) >= 2 else None
+
+
+@dataclass(frozen=True)
+class ValueFact:
+    """What one captured value means (a shared-memory limit: which GPUs have it)."""
+
+    means: str
+    sm12x: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,9 +78,33 @@ class Signature:
     next_step: str
     sources: tuple[str, ...]
     context: re.Pattern[str] | None = None
+    sm12x: str = "maybe"
+    check: str = ""
+    arch_group: str | None = None
+    by_value: tuple[tuple[str, tuple[tuple[str, ValueFact], ...]], ...] = ()
+    advice: tuple[tuple[str, str], ...] = ()
 
     def search(self, line: str) -> re.Match[str] | None:
         return self.pattern.search(line)
+
+    def judge(self, details: dict[str, str]) -> str:
+        """This match's verdict on SM12x; adds `<group>_means` to `details` for known values."""
+        verdict = self.sm12x
+        for group, facts in self.by_value:
+            table = dict(facts)
+            fact = table.get(details.get(group, ""), table.get(ANY_VALUE)) if group in details else None
+            if fact is not None:
+                details[f"{group}_means"] = fact.means
+                verdict = fact.sm12x or verdict
+        if self.arch_group and details.get(self.arch_group):  # a named architecture settles it
+            major = arch_major(details[self.arch_group])
+            if major is not None:
+                verdict = "yes" if major == 12 else "no"
+        return verdict
+
+    def next_step_for(self, framework: str | None) -> str:
+        """The fix in the crashed framework's own flags, else the general one."""
+        return dict(self.advice).get(framework or "", self.next_step)
 
 
 def default_signatures_path() -> Path:
@@ -89,17 +148,29 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
     for k in ("meaning", "next_step"):
         if not raw[k].strip():
             raise fail(path, f"{where}.{k}", "is empty", "write one sentence")
-        unknown = _placeholders(raw[k]) - groups
-        if unknown:
-            raise fail(
-                path,
-                f"{where}.{k}",
-                f"uses {{{sorted(unknown)[0]}}} which no named group captures",
-                "add the group or drop the placeholder",
-            )
     sources = raw["sources"]
     if not sources or not all(isinstance(s, str) and s.startswith("https://") for s in sources):
         raise fail(path, f"{where}.sources", "must be a non-empty list of https:// URLs", "cite the public report")
+    verdict = _verdict(path, f"{where}.sm12x", raw["sm12x"])
+    if verdict == "maybe" and not raw.get("check", "").strip():
+        raise fail(path, f"{where}.check", "missing", "a 'maybe' signature must say how to tell SM12x from the rest")
+    arch_group = raw.get("arch_group")
+    if arch_group is not None and arch_group not in pattern.groupindex:
+        raise fail(path, f"{where}.arch_group", f"names {arch_group!r}, which the regex does not capture", "fix it")
+    by_value = _by_value(path, where, raw.get("by_value", {}), set(pattern.groupindex))
+    advice = _advice(path, where, raw.get("advice", {}))
+    texts = {k: raw[k] for k in ("meaning", "next_step", "check") if k in raw}
+    texts.update({f"advice.{k}": v for k, v in advice})
+    names = groups | {f"{g}_means" for g, _ in by_value}
+    for key, text in texts.items():
+        unknown = _placeholders(text) - names
+        if unknown:
+            raise fail(
+                path,
+                f"{where}.{key}",
+                f"uses {{{sorted(unknown)[0]}}} which no named group captures",
+                "add the group or drop the placeholder",
+            )
     return Signature(
         id=sid,
         pattern=pattern,
@@ -108,7 +179,54 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
         next_step=raw["next_step"].strip(),
         sources=tuple(sources),
         context=context,
+        sm12x=verdict,
+        check=" ".join(raw.get("check", "").split()),
+        arch_group=arch_group,
+        by_value=by_value,
+        advice=advice,
     )
+
+
+def _verdict(path: Path, key: str, value: str) -> str:
+    if value not in VERDICTS:
+        raise fail(path, key, f"is {value!r}", f"use one of {', '.join(VERDICTS)}")
+    return value
+
+
+def _by_value(
+    path: Path, where: str, raw: dict[str, Any], groups: set[str]
+) -> tuple[tuple[str, tuple[tuple[str, ValueFact], ...]], ...]:
+    out = []
+    for group, table in raw.items():
+        key = f"{where}.by_value.{group}"
+        if group not in groups:
+            raise fail(path, key, "is not a named group of the regex", "capture it as (?P<name>...)")
+        if not isinstance(table, dict) or not table:
+            raise fail(path, key, "is not a table of values", 'write [signature.by_value.NAME."VALUE"] tables')
+        facts = []
+        for value, fact in table.items():
+            vkey = f"{key}.{value}"
+            if not isinstance(fact, dict):
+                raise fail(path, vkey, "is not a table", "give means (and optionally sm12x)")
+            check_table(path, vkey, fact, _VALUE_KEYS)
+            if not fact.get("means", "").strip():
+                raise fail(path, f"{vkey}.means", "missing", "say what the value means and which GPUs have it")
+            verdict = _verdict(path, f"{vkey}.sm12x", fact["sm12x"]) if "sm12x" in fact else None
+            facts.append((value, ValueFact(" ".join(fact["means"].split()), verdict)))
+        out.append((group, tuple(facts)))
+    return tuple(out)
+
+
+def _advice(path: Path, where: str, raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for framework, text in raw.items():
+        key = f"{where}.advice.{framework}"
+        if framework not in FRAMEWORKS:
+            raise fail(path, key, "is not a known framework", f"use one of {', '.join(FRAMEWORKS)}")
+        if not isinstance(text, str) or not text.strip():
+            raise fail(path, key, "is not a non-empty string", "write the fix in that framework's flags")
+        out.append((framework, " ".join(text.split())))
+    return tuple(out)
 
 
 def load_signatures(path: Path | None = None) -> list[Signature]:

@@ -59,6 +59,26 @@ REAL_LINES = {
     "sglang-gpt-oss-mxfp4-sm100-detect": "[2025-11-11 15:55:06] WARNING server_args.py:949: Detected SM100 and MXFP4 quantization format for GPT-OSS model, enabling FlashInfer MXFP4 MOE kernel.",
     # https://github.com/sgl-project/sglang/issues/13061
     "sglang-allreduce-fusion-sm100-detect": "[2025-11-11 15:55:06] INFO server_args.py:938: Enable FlashInfer AllReduce Fusion on sm100 for GptOssForCausalLM",
+    # The rest: one line of a case in tests/corpus/triage/ (its URL there).
+    "cutlass-sm120-only-trap": "This kernel only supports sm120.",
+    "deepgemm-no-sm12x": "NameError: name 'deep_gemm' is not defined",
+    "tma-gather-scatter-sm100-only": "ptxas-blackwell /tmp/tmp5gzj9h7b.ptx, line 4129; error   : Feature '.tile::scatter4' not supported on .target 'sm_120a'",
+    "ptx-feature-not-on-sm12x": "ptxas /tmp/tmpxft_00001af0_00000000-6_sm90_q64n32.ptx, line 10531; error   : Instruction 'tensormap.replace' not supported on .target 'sm_120'",
+    "ptxas-unknown-arch": "20' is not defined for option 'gpu-name' (SGLangWorker pid=38138) (SGLangWorker pid=38138) Possible solutions:",
+    "nvcc-unknown-sm12x": "nvcc fatal   : Unsupported gpu architecture 'compute_120'",
+    "nvcc-unknown-arch": "nvcc fatal: Unsupported gpu architecture 'compute_89'",
+    "ptx-version-too-new": "ptxas add_kernel.ptx, line 5; fatal   : Unsupported .version 8.4; current version is '7.8'",
+    "torch-without-sm12x": "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+    "requires-sm100": "NotImplementedError: DeepGEMM MegaMoE requires SM100 GPUs.",
+    "kernel-rejects-sm12x": "RuntimeError: FlashInfer-CUTLASS MoE kernel does not support current device sm_120",
+    "no-compiled-kernel-for-capability": "No compiled cutlass_scaled_mm for CUDA device capability: 120. Required capability: 90 or 100",
+    "vllm-no-attention-backend": "ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype=auto, block_size=None, use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False, attn_type=decoder).",
+    "unsupported-architecture": "RuntimeError: Unsupported architecture",
+    "port-in-use": "OSError: [Errno 98] Address already in use",
+    "hf-gated-or-auth": "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-66f4b037-1bf3d7d219afbc904ee05694;5601d2c9-8fd8-4ed8-b38d-d8a432e1fa59)",
+    "tokenizer-load-error": "Exception: data did not match any variant of untagged enum ModelWrapper at line 646517 column 3",
+    "import-error": "ModuleNotFoundError: No module named 'slora._kernels'",
+    "triton-too-old-for-sm12x": "LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32",
 }
 
 # A traceback shaped like FlashInfer's JIT path (frames written here, error text from
@@ -160,16 +180,16 @@ def test_unnamed_fatal_error_exits_1_and_says_what_to_look_for() -> None:
     log = ["loading\n", "Traceback (most recent call last):\n", '  File "x.py", line 1\n', "KeyError: 'qkv'\n"]
     d = diagnose(log, [], None)
     assert not d.findings and d.exit_code == 1
-    assert [e.line_no for e in d.unnamed_errors] == [2, 4]
+    assert [(e.line_no, e.cls) for e in d.unnamed_errors] == [(2, "Python traceback"), (4, "Python exception KeyError")]
     text = d.render()
     assert "No known crash signature names the fatal error" in text and "Look for:" in text
-    assert "line 4: KeyError: 'qkv'" in text
+    assert "line 4 [generic: Python exception KeyError]: KeyError: 'qkv'" in text
 
 
 def test_clean_log_is_never_silent() -> None:
     d = diagnose(["INFO all good\n"] * 3, [], None)
     assert d.exit_code == 0 and not d.cause_found
-    assert "No known crash signature and no error lines in 3 log lines" in d.render()
+    assert "No known crash signature and no fatal lines in 3 log lines" in d.render()
 
 
 def test_warning_alone_is_not_a_cause() -> None:
@@ -212,15 +232,20 @@ def test_json_shape() -> None:
         "lines_read",
         "target",
         "journal",
+        "framework",
+        "gpu",
         "findings",
         "unnamed_errors",
         "notes",
     }
+    assert set(data["gpu"]) == {"gpu", "sm12x_evidence", "other_evidence"}
     f = data["findings"][0]
     assert set(f) == {
         "source",
         "signature",
         "fatal",
+        "sm12x",
+        "check",
         "recipe_ids",
         "journal",
         "meaning",

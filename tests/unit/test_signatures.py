@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from sm120patch.errors import RecipeError
-from sm120patch.signatures import default_signatures_path, load_signatures
+from sm120patch.signatures import arch_major, default_signatures_path, load_signatures
 
 MATCHER = "regex = 'CUDA out of memory[.] Tried to allocate (?P<size>[0-9.]+ [KMG]iB)'"
 GOOD = """
@@ -15,6 +16,7 @@ GOOD = """
 id = "cuda-out-of-memory"
 MATCHER
 fatal = true
+sm12x = "no"
 meaning = "Out of memory."
 next_step = "Lower --mem-fraction-static."
 sources = ["https://pytorch.org/docs/stable/notes/cuda.html"]
@@ -65,6 +67,15 @@ def test_substring_is_literal(tmp_path: Path) -> None:
         (lambda t: t + t, "is used twice"),
         (lambda t: t.replace("[[signature]]", "[[signatures]]"), "signatures: unknown key"),
         (lambda t: t.replace("fatal = true", "fatal = true\nsubstring = 'x'"), "exactly one of"),
+        (lambda t: t.replace('sm12x = "no"\n', ""), ".sm12x: missing"),
+        (lambda t: t.replace('sm12x = "no"', 'sm12x = "likely"'), ".sm12x: is 'likely'"),
+        (lambda t: t.replace('sm12x = "no"', 'sm12x = "maybe"'), ".check: missing"),
+        (lambda t: t.replace('sm12x = "no"', 'sm12x = "no"\narch_group = "arch"'), "the regex does not capture"),
+        (lambda t: t + '[signature.advice]\nollama = "x"\n', "advice.ollama: is not a known framework"),
+        (lambda t: t + '[signature.advice]\nvllm = "--gpu-memory-utilization {fraction}"\n', "uses {fraction}"),
+        (lambda t: t + '[signature.by_value.limit."1"]\nmeans = "x"\n', "by_value.limit: is not a named group"),
+        (lambda t: t + '[signature.by_value.size."1"]\nsm12x = "no"\n', "by_value.size.1.means: missing"),
+        (lambda t: t + '[signature.by_value.size."1"]\nmeans = "x"\nwho = 1\n', "who: unknown key"),
     ],
 )
 def test_validation_errors_are_one_line_with_file_and_key(tmp_path: Path, edit, needle: str) -> None:
@@ -73,6 +84,44 @@ def test_validation_errors_are_one_line_with_file_and_key(tmp_path: Path, edit, 
         load_signatures(path)
     msg = str(e.value)
     assert needle in msg and str(path) in msg and "\n" not in msg
+
+
+def test_verdict_by_arch_group_and_value(tmp_path: Path) -> None:
+    text = GOOD.replace(MATCHER, "regex = 'limit (?P<limit>\\d+) on (?P<arch>sm_\\w+)'").replace(
+        'sm12x = "no"', 'sm12x = "maybe"\ncheck = "nvidia-smi"\narch_group = "arch"'
+    )
+    text += '[signature.by_value.limit."101376"]\nsm12x = "maybe"\nmeans = "99 KB: SM86, SM89, SM12x"\n'
+    text = text.replace('meaning = "Out of memory."', 'meaning = "{limit_means}"')
+    (sig,) = load_signatures(write(tmp_path, text))
+    details = {"limit": "101376", "arch": "sm_120"}
+    assert sig.judge(details) == "yes" and details["limit_means"] == "99 KB: SM86, SM89, SM12x"
+    assert sig.judge({"limit": "101376", "arch": "sm_86"}) == "no"
+    assert sig.judge({"limit": "101376"}) == "maybe"
+
+
+def test_advice_is_per_framework(tmp_path: Path) -> None:
+    text = GOOD + '[signature.advice]\nvllm = "Lower --gpu-memory-utilization."\n'
+    (sig,) = load_signatures(write(tmp_path, text))
+    assert sig.next_step_for("vllm") == "Lower --gpu-memory-utilization."
+    assert sig.next_step_for("sglang") == sig.next_step_for(None) == "Lower --mem-fraction-static."
+
+
+@pytest.mark.parametrize(
+    ("text", "major"),
+    [("sm_120a", 12), ("compute_121", 12), ("12.0", 12), ("120", 12), ("compute_86", 8), ("90", 9), ("sm_1", None)],
+)
+def test_arch_major(text: str, major: int | None) -> None:
+    assert arch_major(text) == major
+
+
+def test_catalogue_verdicts_are_honest() -> None:
+    """'yes' only where the text itself names SM12x; every 'maybe' says how to tell."""
+    for sig in load_signatures():
+        assert sig.sm12x in ("yes", "maybe", "no")
+        if sig.sm12x == "maybe":
+            assert sig.check, sig.id
+        if sig.sm12x == "yes":
+            assert re.search(r"12|sm120|SM12x", sig.pattern.pattern), sig.id
 
 
 def test_missing_and_broken_files(tmp_path: Path) -> None:

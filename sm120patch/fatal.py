@@ -1,0 +1,114 @@
+"""Which log lines say a run failed, and the generic class of one that no signature names.
+
+A fatal line that no catalogue signature or recipe names must never be answered with
+silence: diagnose reports it under a clearly labelled generic class and exits 1. Framework
+log prefixes are peeled off first, and lines logged at INFO/WARNING level never count as
+fatal (vLLM and SGLang warn "not supported on more than two PCIe-only GPUs" on healthy runs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Prefixes frameworks put before the message, peeled off in any order (up to a few times).
+_PREFIXES = (
+    re.compile(r"^\s*\((?:EngineCore\w*|Worker\w*|VllmWorker\w*|SGLangWorker|APIServer|\w+) pid=\d+\)\s?"),
+    re.compile(r"^\s*(?P<lvl>ERROR|WARNING|WARN|INFO|DEBUG)\s+\d\d-\d\d [\d:.]+\s+(?:\[[^\]]+\]\s?)?"),
+    re.compile(r"^\s*\[\d{4}-\d\d-\d\d[ T|][\d:.|]+[^\]]*\]\s*"),
+    re.compile(r"^\s*(?P<glog>[EWIF])\d{4} [\d:.]+\s+\d+ [^\]]+\]\s?"),
+    re.compile(r"^\s*\[rank\d+\]:\s*"),
+    re.compile(r"^\s*[\w.-]+-\d+\s+\|\s+"),
+    re.compile(r"^\s*[>|\s]*\|\s*\[[\dT:.Z-]+\]\s*"),
+    re.compile(r"^E {2,}"),
+)
+_LEVEL = re.compile(
+    r"^(?:(?P<lvl>INFO|WARNING|WARN|DEBUG|NOTICE)\b[:\s]|\[(?:TensorRT-LLM|TRT-LLM)\]\s?\[?(?P<trt>[IWVD])\]?\s|"
+    r"\[(?P<trt2>[IWVD])\] \[TRT\]|\S*:\d+: \w*Warning\b|\[W\d{3,4} )"
+)
+_GLOG_QUIET = {"W", "I"}
+
+
+@dataclass(frozen=True)
+class FatalClass:
+    """A generic class: an id for data, a label for people."""
+
+    id: str
+    label: str
+
+
+# First match wins; order: most telling first.
+_CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
+    ("trtllm-error", "TensorRT-LLM error", re.compile(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM\] \[E\]|\[[EF]\] \[TRT\]")),
+    (
+        "cuda-error",
+        "CUDA error",
+        re.compile(r"CUDA (?:error|Error|driver error)|cudaError\w+|CUDA_ERROR_\w+|\bcuda runtime error\b"),
+    ),
+    (
+        "compiler-error",
+        "compiler error (ptxas/nvcc/LLVM)",
+        re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b"),
+    ),
+    ("assertion", "assertion failed", re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b")),
+    (
+        "python-exception",
+        "Python exception",
+        re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
+    ),
+    ("server-error", "server error", re.compile(r"^\s*ERROR:\s")),
+    ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
+    (
+        "process-died",
+        "process died",
+        re.compile(
+            r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
+            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)"
+        ),
+    ),
+    (
+        "fatal-message",
+        "fatal message",
+        re.compile(
+            r"\bfatal\b|No compiled \w+|not supported on \.?target|\bis not supported\b|"
+            r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
+            r"not compatible with the current|"
+            r"\bno (?:\w+ )?kernel for\b|failed with error\b"
+        ),
+    ),
+)
+
+
+def strip_prefix(line: str) -> tuple[str, bool]:
+    """The message body of a log line, and whether it was logged below error level."""
+    body, quiet = line, False
+    for _ in range(4):
+        before = body
+        for p in _PREFIXES:
+            m = p.match(body)
+            if m:
+                groups = m.groupdict()
+                if groups.get("lvl") in ("WARNING", "WARN", "INFO", "DEBUG"):
+                    quiet = True
+                if groups.get("glog") in _GLOG_QUIET:
+                    quiet = True
+                body = body[m.end() :]
+        if body == before:
+            break
+    if _LEVEL.match(body):
+        quiet = True
+    return body, quiet
+
+
+def classify(line: str) -> FatalClass | None:
+    """The generic class of a line that says the run failed, or None for any other line."""
+    body, quiet = strip_prefix(line)
+    if quiet or not body.strip():
+        return None
+    for cid, label, pattern in _CLASSES:
+        m = pattern.search(body)
+        if m:
+            name = m.groupdict().get("name")
+            return FatalClass(cid, f"{label} {name}" if name else label)
+    return None

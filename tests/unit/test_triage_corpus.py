@@ -1,0 +1,92 @@
+"""diagnose on real crash excerpts (tests/corpus/triage/): the targets of issue 13.
+
+The oracle is the corpus: each case's cause, fix and expected id were written by hand from
+the public thread it comes from. These tests only compare diagnose's answer with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.triage_score import Case, CorpusError, Outcome, load_corpus, run_case, score
+
+CASES = load_corpus()
+RECALL_TARGET = 0.90
+
+
+def _by_id(sm12x: bool) -> list[Case]:
+    return [c for c in CASES if c.sm12x is sm12x]
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, Outcome]:
+    return {o.case.id: o for o in score(CASES).outcomes}
+
+
+def test_corpus_is_big_enough_and_balanced() -> None:
+    assert len(CASES) >= 80
+    assert len(_by_id(False)) >= len(CASES) / 4
+    assert {c.framework for c in CASES} >= {"sglang", "vllm", "pytorch", "triton", "tensorrt-llm", "flashinfer"}
+
+
+def test_every_expected_id_is_in_the_catalogue() -> None:
+    from sm120patch.signatures import load_signatures
+
+    ids = {s.id for s in load_signatures()}
+    for c in CASES:
+        assert set(c.expect) & ids, f"{c.id}: {c.expect} names no catalogue signature"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_no_fatal_log_is_answered_with_silence(case: Case, outcomes: dict[str, Outcome]) -> None:
+    o = outcomes[case.id]
+    assert not o.silent, f"{case.url}: exit 0 with nothing named"
+
+
+@pytest.mark.parametrize("case", _by_id(False), ids=lambda c: c.id)
+def test_other_crashes_are_never_blamed_on_sm12x(case: Case, outcomes: dict[str, Outcome]) -> None:
+    o = outcomes[case.id]
+    assert not o.blamed, f"{case.url} ({case.gpu}): blamed on SM12x; named {o.named}"
+
+
+def test_sm12x_recall_meets_the_target(outcomes: dict[str, Outcome]) -> None:
+    pos = [outcomes[c.id] for c in _by_id(True)]
+    right = [o for o in pos if o.right_with_fix]
+    missed = [f"{o.case.id} (named {o.named}, fix ok {o.fix_ok})" for o in pos if not o.right_with_fix]
+    assert len(right) / len(pos) >= RECALL_TARGET, missed
+
+
+def test_blame_on_sm12x_comes_from_sm12x_cases_only(outcomes: dict[str, Outcome]) -> None:
+    blamed = [o for o in outcomes.values() if o.blamed]
+    assert blamed and all(o.case.sm12x for o in blamed)
+
+
+def test_advice_is_in_the_framework_of_the_log() -> None:
+    """A vLLM OOM gets vLLM's memory flag, never SGLang's (a complaint in issue 13)."""
+    vllm_oom = next(c for c in CASES if c.id == "vllm-27508-h100-gpt-oss-120b-oom")
+    sglang_oom = next(c for c in CASES if c.id == "sglang-12496-24gb-oom-kv-pool")
+    v, s = run_case(vllm_oom), run_case(sglang_oom)
+    assert v.framework == "vllm" and s.framework == "sglang"
+    from sm120patch.diagnose import diagnose
+
+    def step(case: Case) -> str:
+        d = diagnose(case.excerpt.splitlines(keepends=True), [], None)
+        return next(f.next_step for f in d.findings if f.signature == "cuda-out-of-memory")
+
+    assert "--gpu-memory-utilization" in step(vllm_oom) and "--mem-fraction-static" not in step(vllm_oom)
+    assert "--mem-fraction-static" in step(sglang_oom) and "--gpu-memory-utilization" not in step(sglang_oom)
+
+
+def test_spark_ptxas_advice_names_triton_ptxas_path(outcomes: dict[str, Outcome]) -> None:
+    assert outcomes["triton-8539-spark-ptxas-sm121a"].fix_ok
+
+
+def test_corpus_schema_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text('[[case]]\nid = "x"\ncolour = "red"\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"^bad.toml: case\[0\].colour: unknown key"):
+        load_corpus(tmp_path)
+    (tmp_path / "bad.toml").write_text('[[case]]\nid = "x"\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"case\[0\].url: missing"):
+        load_corpus(tmp_path)
