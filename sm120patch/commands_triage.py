@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -158,6 +158,7 @@ def guard_cmd(
             _fail(str(e))
         except Exception:  # an unreadable journal is guard's to report, per launch
             pass
+        _take_back_stale(target, rollback, log)
     try:
         code = guard.run_guard(
             opts,
@@ -172,6 +173,27 @@ def guard_cmd(
     finally:
         log.close()
     sys.exit(code)
+
+
+def _take_back_stale(target: Path, rollback: RollbackFn, log: Any) -> None:
+    """Before the first start: a recipe whose kernels are gone from the FlashInfer now under the
+    tree (a `pip install` re-pinned it, a new image) would crash the server as the seed did."""
+    try:
+        from sm120patch.engine import stale_recipes
+
+        stale = stale_recipes(target)
+    except Exception as e:  # the check must never keep the server from starting
+        log(f"could not re-check the applied recipes' proofs ({type(e).__name__}: {e}); starting anyway")
+        return
+    for rid, why in stale.items():
+        log(f"stale before start: {rid}: {why}")
+    if stale:
+        try:
+            done = rollback(target, list(stale))
+        except Exception as e:
+            log(f"rollback of the stale recipes failed ({e}); run `sm120patch rollback {target}` by hand")
+            return
+        log(f"rolled back {', '.join(done)} before starting the server")
 
 
 def _hooks_or_none(target: Path | None) -> tuple[AppliedFn, RollbackFn]:

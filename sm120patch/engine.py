@@ -498,6 +498,25 @@ def applied_recipes(target_path: Path) -> set[str]:
     return set(Journal.open(t.root).applied_ids())
 
 
+def stale_recipes(target_path: Path, level: str = "static") -> dict[str, str]:
+    """Recipes applied at `target_path` whose proof no longer holds for the FlashInfer in front
+    of the tree now (the one they were proven on, where it still is): {id: why}."""
+    from sm120patch.arch import parse_arch
+    from sm120patch.gatekeeper import make_probe, resolve_flashinfer
+
+    targets = discover(target_path)
+    recipes = load_recipes()
+    out: dict[str, str] = {}
+    for t in targets:
+        journal = Journal.open(t.root)
+        names = {n for a in journal.applied for n in str(a.get("arch", "")).split(",") if n}
+        if not names:
+            continue
+        probe = make_probe(sorted(parse_arch(n) for n in names), resolve_flashinfer(targets, None, None), level)
+        out.update({i: c.reason for i, c in rechecks(journal, t, recipes, probe).items() if not c.holds})
+    return out
+
+
 def rollback_recipes(target_path: Path, recipe_ids: list[str]) -> list[str]:
     """Roll back these recipes where applied; returns the ids actually rolled back."""
     t = _target_at(target_path)

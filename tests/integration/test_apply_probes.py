@@ -155,3 +155,24 @@ def test_flashinfer_swapped_under_an_applied_tree_is_stale_and_apply_takes_it_ba
     assert _digest(communicator) == pristine
     st = json.loads(_run("status", str(site), "--json").stdout)["targets"][0]
     assert AR not in [a["id"] for a in st["applied"]] and st["stale"] == []
+
+
+def test_guard_takes_a_stale_recipe_back_before_the_server_starts(tmp_path: Path) -> None:
+    site = fetch_or_skip("sglang", "0.5.9", tmp_path / "site")
+    communicator = site / "sglang/srt/layers/communicator.py"
+    pristine = _digest(communicator)
+    _install_flashinfer(site, "0.6.17")
+    assert _run("apply", str(site), "--arch", "sm_120", "--probe", "static").returncode == 0
+    _install_flashinfer(site, "0.6.16")
+    server = tmp_path / "server.py"
+    server.write_text(
+        "import pathlib, sys\n"
+        f"text = pathlib.Path({str(communicator)!r}).read_text()\n"
+        "print('gate open' if '_is_sm120_supported' in text else 'gate shut')\n"
+        "print('The server is fired up and ready to roll!')\n"
+    )
+    r = _run("guard", "--target", str(site), "--", sys.executable, str(server))
+    assert r.returncode == 0, r.stderr
+    assert f"stale before start: {AR}" in r.stderr and f"rolled back {AR}" in r.stderr
+    assert "gate shut" in r.stdout  # the server never saw the gate open
+    assert _digest(communicator) == pristine
