@@ -623,3 +623,48 @@ def test_write_then_recover_round_trip(tmp_path: Path) -> None:
     assert j2.recover() == []  # nothing pending
     j2.write({"a.py": b"one"})  # back to the original: the entry goes away
     assert j2.file("a.py") is None
+
+
+def test_a_probe_that_raises_leaves_the_tree_and_journal_untouched(site: Path) -> None:
+    """Probe first, write after: an interrupt (or any error) during a probe, which can take
+    minutes at the build rung, must leave no gate open and nothing to recover."""
+    pristine = snapshot(site)
+
+    def interrupted(recipe):  # noqa: ANN001, ANN202
+        if recipe.needs:
+            raise KeyboardInterrupt
+        return ProbeResult(True, "needs no kernels", "-", "spec")
+
+    with pytest.raises(KeyboardInterrupt):
+        engine.apply(target_at(site), RECIPES, ARCH, probe=interrupted)
+    assert snapshot(site) == pristine
+    assert not (site / DIRNAME).exists()
+
+
+def test_killed_during_the_probe_leaves_the_old_tree(site: Path, tmp_path: Path) -> None:
+    """SIGKILL while the spec rung's interpreter runs: nothing was written yet, nothing pending."""
+    import signal
+    import time
+
+    from tests.unit.fi_fakes import make_tree
+
+    pristine = snapshot(site)
+    fi = make_tree(tmp_path / "fi", gate="[9, 10, 12]", host="fixed")
+    started = tmp_path / "probe-started"
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\ntouch {started}\nsleep 60\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    cmd = [sys.executable, "-m", "sm120patch", "apply", str(site), "--arch", "sm_120", "--probe", "spec"]
+    cmd += ["--flashinfer", str(fi), "--python", str(slow)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the probe never started"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert snapshot(site) == pristine
+    j = Journal.open(target_at(site).root)
+    assert j.applied == [] and not j.data.get("pending")
