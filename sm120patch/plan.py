@@ -322,12 +322,12 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
             if not src.is_file():
                 return EditResult(edit.name, "missing", [], f"{rel} not in this release")
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-            (scratch / rel).write_text(ws.source(src), newline="")
+            (scratch / rel).write_bytes(ws.source(src).encode("utf-8"))  # bytes: line ends kept
         patch_file = edit.diff_path
         if diff_applies(scratch, patch_file):
             diff_applies(scratch, patch_file, check=False)
             for rel in rels:
-                ws.set(ws.target.package_dir / rel, (scratch / rel).read_text(newline=""))
+                ws.set(ws.target.package_dir / rel, (scratch / rel).read_bytes().decode("utf-8"))
             return EditResult(edit.name, "changed", [ws.target.rel(ws.target.package_dir / r) for r in rels])
         if diff_applies(scratch, patch_file, reverse=True):
             return EditResult(edit.name, "satisfied", [ws.target.rel(ws.target.package_dir / r) for r in rels])
