@@ -325,7 +325,7 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
             if not src.is_file():
                 return EditResult(edit.name, "missing", [], f"{rel} not in this release")
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-            (scratch / rel).write_text(ws.source(src), newline="")
+            (scratch / rel).write_bytes(ws.source(src).encode("utf-8"))  # bytes: line ends kept
         patch_file = edit.diff_path
         if diff_applies(scratch, patch_file):
             diff_applies(scratch, patch_file, check=False)

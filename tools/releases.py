@@ -20,7 +20,33 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.version import Version
+
 SGLANG_RELEASES = [f"0.5.{n}" for n in range(5, 24)]
+# The flashinfer-python each SGLang release pins exactly (`flashinfer_python==` in its wheel's METADATA)
+FLASHINFER_PINS = {
+    "0.5.5": "0.5.0",
+    "0.5.6": "0.5.3",
+    "0.5.7": "0.5.3",
+    "0.5.8": "0.6.1",
+    "0.5.9": "0.6.3",
+    "0.5.10": "0.6.7.post2",
+    "0.5.11": "0.6.8.post1",
+    "0.5.12": "0.6.11.post1",
+    "0.5.13": "0.6.12",
+    "0.5.14": "0.6.12",
+    "0.5.15": "0.6.12",
+    "0.5.16": "0.6.14",
+    "0.5.17": "0.6.15.post1",
+    "0.5.18": "0.6.17",
+    "0.5.19": "0.6.18",
+    "0.5.20": "0.6.18",
+    "0.5.21": "0.6.18",
+    "0.5.22": "0.7.1",
+    "0.5.23": "0.7.2",
+}
+# What tests and docs cover: every pinned FlashInfer, the last one before upstream's SM12x fix, the newest
+FLASHINFER_RELEASES = sorted({*FLASHINFER_PINS.values(), "0.6.16", "0.7.4"}, key=Version)
 DIST = {"sglang": "sglang", "flashinfer": "flashinfer-python"}
 # PyPI distribution names that are one of our packages (so a tree is unpacked once)
 PACKAGE_OF = {"flashinfer-python": "flashinfer"}

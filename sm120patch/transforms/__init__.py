@@ -7,7 +7,10 @@ from sm120patch.transforms.base import FileOutcome, Transform
 from sm120patch.transforms.insert_rule import InsertRule
 from sm120patch.transforms.narrow_arch_test import NarrowArchTest
 from sm120patch.transforms.widen_arch_test import WidenArchTest
+from sm120patch.transforms.widen_major_list import WidenMajorList
 
-TRANSFORMS: dict[str, type[Transform]] = {t.NAME: t for t in (WidenArchTest, NarrowArchTest, AddListItem, InsertRule)}
+TRANSFORMS: dict[str, type[Transform]] = {
+    t.NAME: t for t in (WidenArchTest, NarrowArchTest, AddListItem, InsertRule, WidenMajorList)
+}
 
 __all__ = ["TRANSFORMS", "FileOutcome", "Transform"]

@@ -16,12 +16,16 @@ from sm120patch.errors import RecipeError, UserError
 from sm120patch.recipes import Recipe, default_recipe_dir, load_recipe, load_recipes
 from sm120patch.transforms import TRANSFORMS
 
-CATALOGUE_IDS = {
+SGLANG_IDS = {
     "sglang-allreduce-fusion-sm120",
     "sglang-autotune-flashinfer-cutlass",
     "sglang-gptoss-mxfp4-sm120",
     "sglang-moe-backend-sm120",
 }
+FLASHINFER_IDS = {"flashinfer-trtllm-comm-sm120"}
+CATALOGUE_IDS = SGLANG_IDS | FLASHINFER_IDS
+# the oldest release each package's recipes claim, and the one just before it
+FIRST = {"sglang": ("0.5.5", "0.5.4"), "flashinfer": ("0.5.0", "0.4.1")}
 
 GOOD = """\
 id = "r"
@@ -70,16 +74,20 @@ def test_catalogue_loads() -> None:
     assert {r.id for r in recipes} == CATALOGUE_IDS
     assert default_recipe_dir().name == "patches"
     for r in recipes:
-        assert r.path.stem == r.id and r.path.parent.name == r.package == "sglang"
+        assert r.path.stem == r.id and r.path.parent.name == r.package
         assert r.covers_arch(Arch(12, 0)) and r.covers_arch(Arch(12, 1)) and not r.covers_arch(Arch(10, 0))
-        assert r.covers_version("0.5.9") and not r.covers_version("0.5.4")
+        first, before = FIRST[r.package]
+        assert r.covers_version(first) and not r.covers_version(before)
         assert r.title and r.why and r.why == r.why.strip()
         assert len(r.sha256) == 64 and r.sha256 == __import__("hashlib").sha256(r.path.read_bytes()).hexdigest()
         for e in r.edits:
+            if e.diff_path is not None:
+                assert e.transform is None and e.diff_path.is_file() and e.diff_path.parent == r.path.parent
+                continue
             assert e.transform in TRANSFORMS and e.functions
             assert TRANSFORMS[e.transform].check_params(e.params, e.functions) is None
-    assert load_recipes(package="flashinfer") == []
-    assert [r.id for r in load_recipes(package="sglang")] == sorted(CATALOGUE_IDS)
+    assert [r.id for r in load_recipes(package="flashinfer")] == sorted(FLASHINFER_IDS)
+    assert [r.id for r in load_recipes(package="sglang")] == sorted(SGLANG_IDS)
 
 
 def test_catalogue_via_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from sm120patch.transforms.add_list_item import AddListItem
 from sm120patch.transforms.insert_rule import InsertRule
 from sm120patch.transforms.narrow_arch_test import NarrowArchTest
 from sm120patch.transforms.widen_arch_test import WidenArchTest
+from sm120patch.transforms.widen_major_list import WidenMajorList
 
 WIDEN = {"has": ["sm90", "sm100"], "add": "sm120", "import_from": "sglang.srt.utils"}
 ADD = {"anchors": ["flashinfer_trtllm", "flashinfer_mxfp4"], "item": "flashinfer_cutlass"}
@@ -81,6 +82,7 @@ def test_registry_names_every_transform() -> None:
         "narrow-arch-test": NarrowArchTest,
         "add-list-item": AddListItem,
         "insert-rule": InsertRule,
+        "widen-major-list": WidenMajorList,
     }
     assert expected == TRANSFORMS
     for cls in TRANSFORMS.values():
