@@ -147,4 +147,20 @@ def flatten_or(node: cst.BooleanOperation) -> list[cst.BaseExpression]:
     return out
 
 
+def arm_code(module: cst.Module, stmt: cst.CSTNode) -> str:
+    """The code a statement owns for `near`: an `if`/`elif`/`while`/`for`/`with`/`try` arm is its
+    header and its own body, never its `elif`/`else`/`except` branches (a word in a later
+    branch must not pull an unrelated test in); any other statement is all of itself."""
+    if isinstance(stmt, (cst.If, cst.While)):
+        return module.code_for_node(stmt.test) + "\n" + module.code_for_node(stmt.body)
+    if isinstance(stmt, cst.For):
+        parts: list[cst.CSTNode] = [stmt.target, stmt.iter, stmt.body]
+        return "\n".join(module.code_for_node(p) for p in parts)
+    if isinstance(stmt, cst.With):
+        return "\n".join(module.code_for_node(p) for p in (*stmt.items, stmt.body))
+    if isinstance(stmt, cst.Try):
+        return module.code_for_node(stmt.body)
+    return module.code_for_node(stmt)
+
+
 # --- regenerating only what changed ----------------------------------------------------------

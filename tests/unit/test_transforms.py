@@ -339,6 +339,25 @@ def test_widen_near_scopes_to_the_statement_mentioning_it() -> None:
     )
 
 
+def test_widen_near_does_not_leak_from_a_later_branch() -> None:
+    """Issue 14.3: `near` is the arm's own test and body. A word in an `elif`/`else` branch
+    (or a nested one) must not widen the `if` above it, whose arm never mentions it."""
+    before = """
+        def f(self):
+            if is_sm90_supported() or is_sm100_supported():
+                self.attention_backend = "fa3"
+            elif self.tp_size > 1:
+                self.enable_flashinfer_allreduce_fusion = True
+            else:
+                self.x = "allreduce_fusion"
+            while is_sm90_supported() or is_sm100_supported():
+                break
+            else:
+                self.enable_flashinfer_allreduce_fusion = False
+        """
+    assert_untouched(WidenArchTest, {**WIDEN, "near": "allreduce_fusion"}, ["f"], before)
+
+
 def test_widen_near_with_no_mention_is_untouched() -> None:
     assert_untouched(
         WidenArchTest,
@@ -1016,3 +1035,66 @@ def test_narrow_arch_test_params_must_narrow() -> None:
     assert NarrowArchTest.check_params({**NARROW, "keep": "sm120", "drop": "sm100"}, ["f"]) is not None
     assert NarrowArchTest.check_params(NARROW, []) is not None
     assert NarrowArchTest.check_params(NARROW, ["f"]) is None
+
+
+def test_widen_copies_a_flag_bound_inside_if_else_never_imports_a_private_name() -> None:
+    """Issue 14.2: a sibling flag bound inside a module-level `if`/`else` is copied in every
+    branch; the old fallback emitted `from sglang.srt.utils import _is_sm120_supported`, a name
+    that module never defines."""
+    assert_rewrites(
+        WidenArchTest,
+        WIDEN,
+        ["apply_flashinfer_allreduce_fusion"],
+        """
+        from sglang.srt.utils import is_cuda
+
+        if is_cuda():
+            from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+            _is_sm90_supported = is_sm90_supported()
+            _is_sm100_supported = is_sm100_supported()
+        else:
+            _is_sm90_supported = _is_sm100_supported = False
+            _is_sm100_supported = False
+
+
+        def apply_flashinfer_allreduce_fusion() -> bool:
+            return _is_sm90_supported or _is_sm100_supported
+        """,
+        """
+        from sglang.srt.utils import is_cuda
+
+        if is_cuda():
+            from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+            _is_sm90_supported = is_sm90_supported()
+            _is_sm100_supported = is_sm100_supported()
+            _is_sm120_supported = is_sm120_supported()
+        else:
+            _is_sm90_supported = _is_sm100_supported = False
+            _is_sm100_supported = False
+            _is_sm120_supported = False
+
+
+        def apply_flashinfer_allreduce_fusion() -> bool:
+            return _is_sm90_supported or _is_sm100_supported or _is_sm120_supported
+        """,
+    )
+
+
+def test_widen_refuses_to_import_a_private_flag_it_cannot_copy() -> None:
+    out = run(
+        WidenArchTest,
+        WIDEN,
+        ["f"],
+        src(
+            """
+            from sglang.srt.layers.flags import _is_sm90_supported, _is_sm100_supported as _s100
+
+
+            def f() -> bool:
+                return _is_sm90_supported or _s100
+            """
+        ).replace("_s100", "_is_sm100_supported"),
+    )
+    assert out.notes and "cannot bind _is_sm120_supported" in out.notes[0]
