@@ -172,7 +172,31 @@ BAD = {
     "edit-empty": (GOOD.split("[[edit]]")[0] + "edit = []\n", "edit"),
     "edit-not-table": (GOOD.split("[[edit]]")[0] + "edit = [1]\n", "edit[0]"),
     "insert-rule-code": (replace('transform = "widen-arch-test"', 'transform = "insert-rule"'), "edit[0].params"),
+    "tested-not-list": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = "0.5.9"'), "tested"),
+    "tested-not-version": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["latest"]'), "tested[0]"),
+    "tested-outside-versions": (
+        replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.9", "0.5.4"]'),
+        "tested[1]",
+    ),
+    "tested-twice": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.9", "0.5.9.0"]'), "tested"),
 }
+
+
+def test_tested_is_sorted_and_names_the_newest(tmp_path: Path) -> None:
+    r = load_recipe(
+        write(tmp_path, replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.23", "0.5.9", "0.5.10"]'))
+    )
+    assert r.tested == ("0.5.9", "0.5.10", "0.5.23") and str(r.newest_tested) == "0.5.23"
+    assert [r.untested(v) for v in ("0.5.9", "0.5.23", "0.5.23.post1", "0.5.24.dev0", "0.6.0", None, "x")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert load_recipe(write(tmp_path, GOOD)).untested("9.9") is False  # no `tested`: nothing is newer
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -456,3 +480,35 @@ def test_fuzz_errors_are_one_line(where: str, key: str, value: Any) -> None:
             load_recipe(p)
         except UserError as e:
             assert "\n" not in str(e) and "\r" not in str(e), str(e)
+
+
+# --- untested: a release newer than the newest the recipe was tested on -------------------------------------
+
+
+def test_newer_release_is_untested_with_the_diff_and_nothing_carried(tmp_path: Path) -> None:
+    """A fake 0.5.24 tree: every recipe that would open its gate is `untested`, loudly, with the same
+    diff a tested release gets; no later recipe builds on it; `allow_untested` plans it as usual."""
+    from sm120patch.plan import APPLICABLE, UNTESTED, plan
+    from sm120patch.targets import discover
+    from tests.unit.sglang_fakes import make_sglang
+
+    recipes = load_recipes()
+    (old,) = discover(make_sglang(tmp_path / "old", "0.5.9").parent)
+    (new,) = discover(make_sglang(tmp_path / "new", "0.5.24").parent)
+    sm120 = Arch(12, 0)
+    before = {p.recipe.id: p for p in plan(old, recipes, sm120)}
+    after = {p.recipe.id: p for p in plan(new, recipes, sm120)}
+    opened = [rid for rid, p in before.items() if p.status == APPLICABLE]
+    assert opened
+    for rid in opened:
+        p = after[rid]
+        assert p.status == UNTESTED, (rid, p.status, p.reason)
+        assert "0.5.24" in p.reason and p.recipe.tested[-1] in p.reason and "--allow-untested" in p.reason
+        (alone,) = plan(old, [p.recipe], sm120)  # the same diff as a tested release, planned on its own
+        assert p.diff() == alone.diff()
+        for rel, (a, _) in p.changes.items():  # computed on the tree's own bytes, not on another recipe's
+            assert a == (new.root / rel).read_bytes()
+    allowed = {p.recipe.id: p for p in plan(new, recipes, sm120, allow_untested=True)}
+    for rid in opened:
+        assert allowed[rid].status == APPLICABLE and "--allow-untested" in allowed[rid].reason
+        assert allowed[rid].diff() == before[rid].diff()  # and composed as usual
