@@ -101,7 +101,7 @@ class WrapExpression(Transform):
                 if wrapped:
                     out.satisfied += 1
                     continue
-                swaps[node] = self._wrap(node, standalone)
+                swaps[node] = self._wrap(node, standalone, _continuation_indent(module, stmt, node))
                 out.changed += 1
         if not swaps:
             return out
@@ -113,12 +113,23 @@ class WrapExpression(Transform):
         out.module = new
         return out
 
-    def _wrap(self, node: cst.BaseExpression, standalone: bool) -> cst.BaseExpression:
+    def _wrap(self, node: cst.BaseExpression, standalone: bool, indent: str) -> cst.BaseExpression:
         """The template around `node`; parenthesised unless it stands alone (a whole `if` test,
-        an assigned or passed value), where no operator around it could bind differently."""
+        an assigned or passed value), where no operator around it could bind differently. The
+        template's own line breaks are indented from the line the anchor sits on."""
         bare = node.with_changes(lpar=[], rpar=[])
         inner = bare if self._bare_ok else parenthesized(bare)  # type: ignore[arg-type]
-        template = cst.parse_expression(self.template)
+        template = _parse_template(self.template)
+        if indent:
+
+            class _Indent(cst.CSTTransformer):
+                def leave_ParenthesizedWhitespace(
+                    self, original: cst.ParenthesizedWhitespace, updated: cst.ParenthesizedWhitespace
+                ) -> cst.ParenthesizedWhitespace:
+                    last = cst.SimpleWhitespace(indent + updated.last_line.value)
+                    return updated.with_changes(last_line=last)
+
+            template = template.visit(_Indent())  # type: ignore[assignment]
 
         class _Fill(cst.CSTTransformer):
             def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:  # type: ignore[override]
@@ -138,7 +149,7 @@ def _occurrences(
     occurrence in an expression position of `fn`."""
     found: list[tuple[cst.BaseExpression, cst.CSTNode, bool, bool]] = []
     anchor_type = type(cst.parse_expression(t.anchor).with_changes(lpar=[], rpar=[]))
-    wrapped_type = type(cst.parse_expression(t.template))
+    wrapped_type = type(_parse_template(t.template).with_changes(lpar=[], rpar=[]))
     key = t._key
 
     def same(node: cst.CSTNode, norm: str | None) -> bool:
@@ -194,6 +205,27 @@ def _occurrences(
 
     fn.body.visit(_V())
     return found
+
+
+def _continuation_indent(module: cst.Module, stmt: cst.CSTNode, node: cst.CSTNode) -> str:
+    """How far the anchor's line is indented past its statement's block: "" when the anchor
+    sits on the statement's first line, else the leading whitespace of its continuation line."""
+    code, anchor = module.code_for_node(stmt), module.code_for_node(node)
+    at = code.find(anchor)
+    prefix = code[:at] if at >= 0 else ""
+    if "\n" not in prefix:
+        return ""
+    line = prefix.rsplit("\n", 1)[1]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _parse_template(template: str) -> cst.BaseExpression:
+    """The template as an expression; one that spans lines outside any bracket keeps a pair of
+    parentheses around it, which is what makes those line breaks legal."""
+    try:
+        return cst.parse_expression(template)
+    except cst.ParserSyntaxError:
+        return cst.parse_expression("(" + template + ")")
 
 
 def _callee(call: cst.Call) -> str | None:
