@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
     arch_predicates,
     arm_code,
+    leaf_identifier,
     need_expr,
     need_imports,
     need_str,
@@ -35,24 +37,28 @@ class AddCondition(Transform):
     NAME: ClassVar[str] = "add-condition"
     DESCRIPTION: ClassVar[str] = (
         "In the named functions, every `if`/`elif` whose test holds an arch predicate and whose "
-        "own arm mentions `near` gets `and <code>` appended to its test. A test that already has "
-        '`code` as one of its `and` terms is satisfied. `imports` ("module:name") are bound when unbound.'
+        "own arm mentions `near` (and, with `arch`, admits that arch) gets `and <code>` appended to "
+        "its test. A test that already has `code` as one of its `and` terms is satisfied. `imports` "
+        '("module:name") are bound when unbound.'
     )
     PARAMS_HELP: ClassVar[str] = (
         'params = { code = "not (is_sm120_supported() and self.tp_size >= 4)", near = "allreduce_fusion", '
-        'imports = ["sglang.srt.utils:is_sm120_supported"] (optional) }'
+        'arch = "sm120" (optional), imports = ["sglang.srt.utils:is_sm120_supported"] (optional) }'
     )
 
     @classmethod
     def check_params(cls, params: dict[str, Any], functions: Any) -> str | None:
         problem = (
-            unknown_keys(params, ("code", "near", "imports"))
+            unknown_keys(params, ("code", "near", "arch", "imports"))
             or need_expr(params, "code")
             or need_str(params, "near")
+            or need_str(params, "arch", required=False)
             or need_imports(params)
         )
         if problem:
             return problem
+        if "arch" in params and params["arch"] not in PREDICATE_MAJORS:
+            return f"arch {params['arch']!r} is not an arch token; use one of {', '.join(PREDICATE_MAJORS)}"
         if not functions:
             return "'functions' must name the functions that hold the test"
         return None
@@ -62,6 +68,7 @@ class AddCondition(Transform):
         self.code: str = params["code"]
         self.near: str = params["near"]
         self.imports = [tuple(i.split(":")) for i in params.get("imports", [])]
+        self.majors = PREDICATE_MAJORS[params["arch"]] if "arch" in params else None
         self._norm = norm_expr(self.code)
 
     def shape(self) -> str:
@@ -72,8 +79,12 @@ class AddCondition(Transform):
         swaps: dict[cst.CSTNode, cst.CSTNode] = {}
         for fn in self.functions_in(module):
             for stmt in _ifs(fn):
-                if self.near not in arm_code(module, stmt) or not arch_predicates(stmt.test):
+                preds = arch_predicates(stmt.test)
+                if self.near not in arm_code(module, stmt) or not preds:
                     continue
+                tokens = [predicate_token(leaf_identifier(p) or "") for p in preds]
+                if self.majors is not None and not any(t and PREDICATE_MAJORS[t] & self.majors for t in tokens):
+                    continue  # e.g. an SM100-only test: the condition could never matter there
                 terms = _and_terms(stmt.test)
                 if any(norm_expr(module.code_for_node(t)) == self._norm for t in terms):
                     out.satisfied += 1

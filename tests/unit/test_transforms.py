@@ -1489,3 +1489,24 @@ def test_add_function_missing_and_params() -> None:
     assert "one unindented `def`" in (AddFunction.check_params({"code": "x = 1"}, ["f"]) or "")
     assert "one unindented `def`" in (AddFunction.check_params({"code": "def a(): pass\ndef b(): pass"}, ["f"]) or "")
     assert "'functions'" in (AddFunction.check_params(HELPER, []) or "")
+
+
+def test_add_condition_arch_skips_tests_that_never_admit_it() -> None:
+    before = """
+        def adjust(self):
+            if is_cuda() and is_sm100_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+            if is_sm90_supported() or is_blackwell_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+        """
+    after = """
+        def adjust(self):
+            if is_cuda() and is_sm100_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+            if (is_sm90_supported() or is_blackwell_supported()) and not (is_sm120_supported() and self.tp_size >= 4):
+                self.enable_flashinfer_allreduce_fusion = True
+        """
+    params = {**TP4, "arch": "sm120"}
+    params.pop("imports")
+    assert_rewrites(AddCondition, params, ["adjust"], before, after)
+    assert "not an arch token" in (AddCondition.check_params({**TP4, "arch": "ampere"}, ["f"]) or "")
