@@ -6,19 +6,44 @@ is what the tool does, not what someone typed:  python tools/matrix.py > docs/co
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sm120patch import flashinfer_env, gatekeeper  # noqa: E402
 from sm120patch.arch import parse_arch  # noqa: E402
+from sm120patch.engine import block_failing  # noqa: E402
 from sm120patch.plan import plan  # noqa: E402
 from sm120patch.recipes import load_recipes  # noqa: E402
 from sm120patch.targets import discover  # noqa: E402
 from tools.releases import SGLANG_RELEASES, pristine  # noqa: E402
 
 SHORT = {"changed": "opens", "satisfied": "open already", "missing": "absent"}
+
+
+def pinned_flashinfer(tree: Path) -> str | None:
+    """The flashinfer-python version an SGLang wheel pins (its METADATA), or None."""
+    for meta in tree.glob("sglang-*.dist-info/METADATA"):
+        m = re.search(r"^Requires-Dist: flashinfer[-_]python(?:\[[^\]]*\])?==(\S+)", meta.read_text(), re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def with_pinned_flashinfer(version: str, recipes: list, arch: object) -> tuple[str | None, dict[str, str]]:
+    """Statuses on `version` when the static probe reads the FlashInfer that release pins."""
+    tree = pristine("sglang", version)
+    fi_version = pinned_flashinfer(tree)
+    if fi_version is None:
+        return None, {}
+    (target,) = discover(tree)
+    plans = plan(target, recipes, arch)
+    fi = flashinfer_env.from_tree(pristine("flashinfer", fi_version))
+    block_failing(plans, gatekeeper.make_probe([arch], fi, "static"))
+    return fi_version, {p.recipe.id: p.status for p in plans}
 
 
 def main() -> None:
@@ -46,13 +71,30 @@ def main() -> None:
         "`tests/integration/test_sglang_releases.py`.",
         "",
         "Statuses: `applicable` the gate exists and shuts SM12x out; `satisfied` the release already",
-        "admits SM12x there; `not-applicable` the gate does not exist in that form.",
+        "admits SM12x there; `not-applicable` the gate does not exist in that form; `untested` (not in",
+        "these tables: every release here is tested) a release newer than the recipe's newest tested one.",
         "",
         "| SGLang | " + " | ".join(ids) + " |",
         "| --- | " + " | ".join("---" for _ in ids) + " |",
     ]
     for version, statuses in rows:
         out.append(f"| {version} | " + " | ".join(statuses.get(i, "-") for i in ids) + " |")
+    out += [
+        "",
+        "## With the FlashInfer each release pins",
+        "",
+        "The same plan, with the static probe reading the flashinfer-python wheel the SGLang release",
+        "pins (`Requires-Dist` in its METADATA): `blocked` means that FlashInfer lacks the kernels (or a",
+        "source fix) the recipe needs, so `apply` would leave the gate shut until FlashInfer is upgraded.",
+        "",
+        "| SGLang | FlashInfer | " + " | ".join(ids) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in ids) + " |",
+    ]
+    for version, _ in rows:
+        fi_version, statuses = with_pinned_flashinfer(version, recipes, arch)
+        out.append(f"| {version} | {fi_version or '?'} | " + " | ".join(statuses.get(i, "-") for i in ids) + " |")
+    out += ["", "## Releases each recipe was tested on", "", "| recipe | versions | tested |", "| --- | --- | --- |"]
+    out += [f"| {r.id} | `{r.versions}` | {r.tested[0]} .. {r.tested[-1]} |" for r in recipes if r.tested]
     for rid in ids:
         out += ["", f"## {rid}", "", "| SGLang | status | edits (files under sglang/) |", "| --- | --- | --- |"]
         out += [f"| {v} | {s} | {e} |" for r, v, s, e in details if r == rid]

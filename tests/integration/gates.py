@@ -217,6 +217,7 @@ class Scope(dict):
         self.imports = imports or {}
         self.top = _top_bindings(self.tree)
         self["__builtins__"] = {**SAFE_BUILTINS, "__import__": self._import}
+        self["__name__"] = ".".join(("sglang", *path.resolve().relative_to(self.root).with_suffix("").parts))
         self.update(values or {})
 
     def __missing__(self, name: str) -> Any:
