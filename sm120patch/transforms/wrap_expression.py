@@ -133,7 +133,8 @@ class WrapExpression(Transform):
 
         class _Fill(cst.CSTTransformer):
             def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:  # type: ignore[override]
-                return inner if updated.value == PLACEHOLDER else updated
+                # a fresh copy per use: a node appears once in a tree (later edits find nodes by identity)
+                return inner.deep_clone() if updated.value == PLACEHOLDER else updated
 
         filled = template.visit(_Fill())
         assert isinstance(filled, cst.BaseExpression)
