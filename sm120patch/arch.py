@@ -39,9 +39,12 @@ def parse_arch(text: str) -> Arch:
 
 
 # What SGLang/FlashInfer arch predicates mean, by the token in their name:
-# `is_sm100_supported()` is major 10, `is_blackwell_supported()` is majors 10 and 12,
-# `is_sm120_supported()` is major 12 (SM121 included). Used to decide whether an
-# arch test already admits an architecture, and by tests to evaluate patched gates.
+# `is_sm100_supported()` is major 10, `is_blackwell_supported()` is majors 10, 11 and 12
+# (SGLang 0.5.9+ passes device_capability_majors=[10, 11, 12]; 0.5.5-0.5.8 [10, 12]),
+# `is_sm120_supported()` is major 12 (SM121 included). Used to decide whether an arch
+# test already admits an architecture. Tests never evaluate gates with this table: they
+# read each release's own predicate definitions (tests/integration/gates.py) and check
+# this table against them (tests/integration/test_frontier_releases.py).
 PREDICATE_MAJORS: dict[str, frozenset[int]] = {
     "sm90": frozenset({9}),
     "hopper": frozenset({9}),
@@ -50,7 +53,7 @@ PREDICATE_MAJORS: dict[str, frozenset[int]] = {
     "sm110": frozenset({11}),
     "sm120": frozenset({12}),
     "sm12x": frozenset({12}),
-    "blackwell": frozenset({10, 12}),
+    "blackwell": frozenset({10, 11, 12}),
 }
 
 _TOKEN = re.compile(r"sm100_or_sm110|sm\d+x?|hopper|blackwell")

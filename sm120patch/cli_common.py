@@ -18,7 +18,7 @@ import click
 from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_flashinfer
-from sm120patch.plan import BLOCKED, FAILED, REVERTED, STALE
+from sm120patch.plan import BLOCKED, FAILED, REVERTED, STALE, UNTESTED
 from sm120patch.targets import discover, installed
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def report(
                 if d:
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
-    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED, STALE) for p in plans) else EXIT_OK
+    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED, STALE, UNTESTED) for p in plans) else EXIT_OK
 
 
 def make_run(

@@ -30,6 +30,7 @@ APPLIED = "applied"
 REVERTED = "reverted"
 STALE = "stale"  # applied, but the kernels its probe proved are gone from the FlashInfer now in front of it
 FAILED = "failed"  # an edit could not be made safely (rewritten code did not compile, ...)
+UNTESTED = "untested"  # the gate is there, but the release is newer than any the recipe was tested on
 
 
 @dataclass
@@ -172,14 +173,20 @@ def plan(
 
     `applied` maps recipe ids the journal holds to a reason line; those report
     `applied` without being re-run. `read` overrides how file bytes are read
-    (rollback replays recipes over original bytes). `allow_untested` plans recipes on
-    releases newer than they were tested on as if tested.
+    (rollback replays recipes over original bytes). A recipe that would open its gate
+    on a release newer than the newest it was tested on is `untested` (diff shown,
+    nothing applied) unless `allow_untested`.
     """
-    return _plan(Workspace(target, read), recipes, arch, applied)
+    return _plan(Workspace(target, read), recipes, arch, applied, allow_untested=allow_untested)
 
 
 def _plan(
-    ws: Workspace, recipes: Sequence[Recipe], arch: Arch | Sequence[Arch], applied: dict[str, str] | None
+    ws: Workspace,
+    recipes: Sequence[Recipe],
+    arch: Arch | Sequence[Arch],
+    applied: dict[str, str] | None,
+    *,
+    allow_untested: bool = False,
 ) -> list[RecipePlan]:
     from sm120patch.transforms import TRANSFORMS
 
@@ -200,11 +207,13 @@ def _plan(
         if applied and recipe.id in applied:
             plans.append(RecipePlan(recipe, target, APPLIED, applied[recipe.id]))
             continue
-        plans.append(plan_recipe(ws, recipe, arch))
+        plans.append(plan_recipe(ws, recipe, arch, allow_untested=allow_untested))
     return plans
 
 
-def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> RecipePlan:
+def plan_recipe(
+    ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch], *, allow_untested: bool = False
+) -> RecipePlan:
     """A recipe is for a machine only if it covers every arch on it (mixed GPUs share one tree)."""
     target = ws.target
     archs = [arch] if isinstance(arch, Arch) else list(arch)
@@ -241,6 +250,25 @@ def plan_recipe(ws: Workspace, recipe: Recipe, arch: Arch | Sequence[Arch]) -> R
     version_note = "" if target.version else " (version unknown: matched by structure only)"
     if changes:
         where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == "changed"}))
+        if recipe.untested(target.version):
+            newest = recipe.tested[-1]
+            if not allow_untested:
+                # the diff is kept for the dry run; the workspace is not, so no later recipe builds on it
+                ws.text = before
+                return RecipePlan(
+                    recipe,
+                    target,
+                    UNTESTED,
+                    f"UNTESTED: {target.package} {target.version} is newer than {newest}, the newest release this "
+                    f"recipe was tested on; its gate was found in {where} but nothing is applied. Read the diff, "
+                    "then pass --allow-untested to apply it anyway",
+                    results,
+                    changes,
+                )
+            version_note += (
+                f" (untested: {target.package} {target.version} is newer than {newest}; applied because "
+                "--allow-untested)"
+            )
         return RecipePlan(recipe, target, APPLICABLE, f"gate found in {where}{version_note}", results, changes)
     return RecipePlan(
         recipe,

@@ -14,7 +14,7 @@ from sm120patch.arch import Arch
 from sm120patch.engine import Probe, applied_reasons, block_failing, mark_stale
 from sm120patch.gatekeeper import make_probe
 from sm120patch.journal import Journal
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, STALE, RecipePlan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, STALE, UNTESTED, RecipePlan
 from sm120patch.plan_cache import plan_statuses
 from sm120patch.recipes import Recipe
 from sm120patch.rungs import rung_index
@@ -26,6 +26,8 @@ _ADVICE = {
     SATISFIED: "nothing to do: this release already opens the gate",
     NOT_APPLICABLE: "nothing to do",
     APPLIED: "applied; `sm120patch rollback {root} --recipe {id}` takes it back",
+    UNTESTED: "this release is newer than any the recipe was tested on: review the diff (`sm120patch plan`), "
+    "then `sm120patch apply {root} --allow-untested` if it is right",
     STALE: "the kernels it needs are gone: run `sm120patch rollback {root} --recipe {id}` before the next start",
 }
 

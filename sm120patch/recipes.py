@@ -34,6 +34,7 @@ _RECIPE_KEYS: dict[str, type | tuple[type, ...]] = {
     "crash_signatures": list,
     "advice": str,
     "min_tool_version": str,
+    "tested": list,
     "edit": list,
 }
 _REQUIRED = ("id", "package", "title", "why", "versions", "arch", "edit")
@@ -75,6 +76,22 @@ class Recipe:
     needs: tuple[str, ...] = ()
     crash_signatures: tuple[str, ...] = ()
     advice: str = ""
+    tested: tuple[str, ...] = ()  # releases the tests cover, oldest first
+
+    @property
+    def newest_tested(self) -> Version | None:
+        return max((Version(v) for v in self.tested), default=None)
+
+    def untested(self, version: str | None) -> bool:
+        """True when `version` is newer than every release this recipe was tested on: its code
+        may have moved in ways the recipe's structural matching does not see."""
+        newest = self.newest_tested
+        if newest is None or version is None:
+            return False
+        try:
+            return Version(version) > newest
+        except InvalidVersion:
+            return False
 
     def covers_version(self, version: str | None) -> bool:
         if version is None:
@@ -178,6 +195,7 @@ def load_recipe(path: Path) -> Recipe:
             arches.append(parse_arch(a))
         except UserError:
             raise fail(path, f"arch[{i}]", f"{a!r} is not an architecture", "write e.g. sm_120") from None
+    tested = _tested(path, data.get("tested", []), versions)
     if not data["edit"]:
         raise fail(path, "edit", "is empty", "add at least one [[edit]]")
     edits = tuple(_load_edit(path, i, e) for i, e in enumerate(data["edit"]))
@@ -194,7 +212,24 @@ def load_recipe(path: Path) -> Recipe:
         needs=str_list(path, "needs", data.get("needs", [])),
         crash_signatures=str_list(path, "crash_signatures", data.get("crash_signatures", [])),
         advice=data.get("advice", "").strip(),
+        tested=tested,
     )
+
+
+def _tested(path: Path, raw: Any, versions: SpecifierSet) -> tuple[str, ...]:
+    """`tested`: the releases the tests run this recipe on, each a version inside `versions`."""
+    values = str_list(path, "tested", raw)
+    parsed: list[Version] = []
+    for i, v in enumerate(values):
+        try:
+            parsed.append(Version(v))
+        except InvalidVersion:
+            raise fail(path, f"tested[{i}]", f"{v!r} is not a version", "write e.g. '0.5.23'") from None
+        if not versions.contains(parsed[-1], prereleases=True):
+            raise fail(path, f"tested[{i}]", f"{v} is outside versions {versions}", "drop it or widen versions")
+    if len(set(parsed)) != len(parsed):
+        raise fail(path, "tested", "lists a release twice", "list each release once")
+    return tuple(v for _, v in sorted(zip(parsed, values, strict=True)))
 
 
 def load_recipes(directory: Path | None = None, package: str | None = None) -> list[Recipe]:

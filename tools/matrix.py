@@ -7,13 +7,16 @@ is what the tool does, not what someone typed:  python tools/matrix.py > docs/co
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sm120patch import flashinfer_env, gatekeeper, transaction  # noqa: E402
 from sm120patch.arch import parse_arch  # noqa: E402
+from sm120patch.engine import block_failing  # noqa: E402
 from sm120patch.plan import plan  # noqa: E402
 from sm120patch.recipes import load_recipes  # noqa: E402
 from sm120patch.targets import discover  # noqa: E402
@@ -48,6 +51,68 @@ def statuses(package: str, versions: list[str]) -> tuple[list[str], list[tuple[s
             )
             details.append((p.recipe.id, version, p.status, edits or p.reason))
     return [r.id for r in recipes], rows, details
+
+
+def pinned_flashinfer(tree: Path) -> str | None:
+    """The flashinfer-python version an SGLang wheel pins (its METADATA), or None."""
+    for meta in tree.glob("sglang-*.dist-info/METADATA"):
+        m = re.search(r"^Requires-Dist: flashinfer[-_]python(?:\[[^\]]*\])?==(\S+)", meta.read_text(), re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def with_pinned_flashinfer(version: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
+    """Statuses on SGLang `version` with the static probe reading the FlashInfer it pins: alone, and
+    with the FlashInfer recipes in the same plan (FlashInfer patched first, as `plan SG FI` does)."""
+    tree = pristine("sglang", version)
+    fi_version = pinned_flashinfer(tree)
+    if fi_version is None:
+        return None, {}, {}
+    arch = parse_arch("sm_120")
+    recipes = load_recipes()
+    (target,) = discover(tree, "sglang")
+    fi_tree = pristine("flashinfer", fi_version)
+    plans = plan(target, [r for r in recipes if r.package == "sglang"], arch)
+    block_failing(plans, gatekeeper.make_probe([arch], flashinfer_env.from_tree(fi_tree), "static"))
+    alone = {p.recipe.id: p.status for p in plans}
+    targets = [target, *discover(fi_tree, "flashinfer")]
+    run = transaction.Run([arch], gatekeeper.resolve_flashinfer(targets, None, None), "static", gatekeeper.make_probe)
+    pair = {p.recipe.id: p.status for p in transaction.plan_many(targets, recipes, run)}
+    return fi_version, alone, pair
+
+
+def _cell(alone: str, pair: str) -> str:
+    return alone if alone == pair else f"{alone} / {pair}"
+
+
+def pinned_section(ids: list[str], versions: list[str]) -> list[str]:
+    fi_ids = [r.id for r in load_recipes(package="flashinfer")]
+    out = [
+        "",
+        "## With the FlashInfer each release pins",
+        "",
+        "The same plan, with the static probe reading the flashinfer-python wheel the SGLang release pins",
+        "(`Requires-Dist` in its METADATA): `blocked` means that FlashInfer lacks the kernels (or a source",
+        "fix) the recipe needs. Each SGLang cell shows the status alone, then (after `/`) with the",
+        "FlashInfer recipes in the same plan (`sm120patch plan SGLANG FLASHINFER`): FlashInfer patched",
+        "first, and the SGLang probes judging it patched.",
+        "",
+        "| SGLang | FlashInfer | " + " | ".join(ids + fi_ids) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in ids + fi_ids) + " |",
+    ]
+    for version in versions:
+        fi_version, alone, pair = with_pinned_flashinfer(version)
+        cells = [
+            alone.get(i, "-") if alone.get(i) == pair.get(i) else f"{alone.get(i, '-')} / {pair.get(i, '-')}"
+            for i in ids
+        ]
+        cells += [pair.get(i, "-") for i in fi_ids]
+        out.append(f"| {version} | {fi_version or '?'} | " + " | ".join(cells) + " |")
+    recipes = load_recipes()
+    out += ["", "## Releases each recipe was tested on", "", "| recipe | versions | tested |", "| --- | --- | --- |"]
+    out += [f"| {r.id} | `{r.versions}` | {r.tested[0]} .. {r.tested[-1]} |" for r in recipes if r.tested]
+    return out
 
 
 def pinned_by(version: str) -> str:
@@ -89,13 +154,15 @@ def main() -> None:
         "`tests/integration/test_sglang_releases.py`.",
         "",
         "Statuses: `applicable` the gate exists and shuts SM12x out; `satisfied` the release already",
-        "admits SM12x there; `not-applicable` the gate does not exist in that form.",
+        "admits SM12x there; `not-applicable` the gate does not exist in that form; `untested` (not in",
+        "these tables: every release here is tested) a release newer than the recipe's newest tested one.",
         "",
         "| SGLang | " + " | ".join(ids) + " |",
         "| --- | " + " | ".join("---" for _ in ids) + " |",
     ]
     for version, st in rows:
         out.append(f"| {version} | " + " | ".join(st.get(i, "-") for i in ids) + " |")
+    out += pinned_section(ids, [v for v, _ in rows])
     for rid in ids:
         out += ["", f"## {rid}", "", "| SGLang | status | edits (files under sglang/) |", "| --- | --- | --- |"]
         out += [f"| {v} | {s} | {e} |" for r, v, s, e in details if r == rid]

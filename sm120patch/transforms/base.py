@@ -9,10 +9,12 @@ answer the engine turns into `not-applicable`.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sm120patch.arch import predicate_token
 from sm120patch.transforms.rewrite import find_functions, replace_nodes
 
 if TYPE_CHECKING:
@@ -147,4 +149,98 @@ def flatten_or(node: cst.BooleanOperation) -> list[cst.BaseExpression]:
     return out
 
 
+def arm_code(module: cst.Module, stmt: cst.CSTNode) -> str:
+    """The code a statement owns for `near`: an `if`/`elif`/`while`/`for`/`with`/`try` arm is its
+    header and its own body, never its `elif`/`else`/`except` branches (a word in a later
+    branch must not pull an unrelated test in); any other statement is all of itself."""
+    if isinstance(stmt, (cst.If, cst.While)):
+        return module.code_for_node(stmt.test) + "\n" + module.code_for_node(stmt.body)
+    if isinstance(stmt, cst.For):
+        parts: list[cst.CSTNode] = [stmt.target, stmt.iter, stmt.body]
+        return "\n".join(module.code_for_node(p) for p in parts)
+    if isinstance(stmt, cst.With):
+        return "\n".join(module.code_for_node(p) for p in (*stmt.items, stmt.body))
+    if isinstance(stmt, cst.Try):
+        return module.code_for_node(stmt.body)
+    return module.code_for_node(stmt)
+
+
 # --- regenerating only what changed ----------------------------------------------------------
+
+
+# --- expressions a recipe writes (wrap-expression, add-condition) ------------------------------------------
+
+
+def norm_expr(code: str) -> str | None:
+    """A comparable form of an expression: its AST without positions, parentheses or layout
+    (`(a  or\n b)` and `a or b` are one expression). None when `code` is not an expression."""
+    try:
+        return ast.dump(ast.parse("(\n" + code + "\n)", mode="eval").body)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def need_expr(params: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    problem = need_str(params, key, required=required)
+    if problem or key not in params:
+        return problem
+    if norm_expr(params[key]) is None:
+        return f"'{key}' is not a Python expression: {params[key]!r}"
+    return None
+
+
+def need_imports(params: dict[str, Any]) -> str | None:
+    """`imports`: names the written code uses, as "module:name"."""
+    problem = need_str_list(params, "imports", required=False)
+    if problem:
+        return problem
+    for imp in params.get("imports", []):
+        mod, _, name = imp.partition(":")
+        if imp.count(":") != 1 or not name.isidentifier() or not all(p.isidentifier() for p in mod.split(".")):
+            return f"import {imp!r} must read 'module:name'"
+    return None
+
+
+_ATOMIC: tuple[str, ...] = (
+    "Name",
+    "Attribute",
+    "Call",
+    "Subscript",
+    "SimpleString",
+    "ConcatenatedString",
+    "FormattedString",
+    "Integer",
+    "Float",
+    "Imaginary",
+    "Tuple",
+    "List",
+    "Set",
+    "Dict",
+    "Ellipsis",
+)
+
+
+def parenthesized(node: cst.BaseExpression, *, unless_atomic: bool = True) -> cst.BaseExpression:
+    """`node` with one pair of parentheses, unless it has some or binds tighter than any operator."""
+    if node.lpar or (unless_atomic and type(node).__name__ in _ATOMIC):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # type: ignore[return-value]
+
+
+def arch_predicates(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """Arch predicates in a test: flags, zero-argument calls and platform attributes."""
+    found: list[cst.BaseExpression] = []
+
+    class _V(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.Call, cst.Name, cst.Attribute)) and predicate_token(
+                leaf_identifier(node) or ""  # type: ignore[arg-type]
+            ):
+                if isinstance(node, cst.Call) and node.args:
+                    return True
+                found.append(node)  # type: ignore[arg-type]
+                return False
+            return True
+
+    test.visit(_V())
+    return found

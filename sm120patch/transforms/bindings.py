@@ -92,54 +92,98 @@ def ensure_bound(
 ) -> tuple[cst.Module, str | None]:
     """Make `name` bound at module level, copying how `sibling` is bound.
 
-    A sibling bound by `from m import sibling` gets `name` added next to it; one
-    bound by `sibling = <expr>` gets `name = <expr with the token renamed>` right
-    after it, and whatever that new expression needs is bound the same way.
-    Failing that, `import_from` adds `from <import_from> import name`. Returns the
-    new module and None, or the module unchanged and why it could not.
+    Wherever the module binds `sibling` (at top level or inside a module-level `if`/`try`,
+    in every branch that does): a `from m import sibling` gets `name` added next to it, and a
+    `sibling = <expr>` gets `name = <expr with the token renamed>` right after it; whatever
+    that new expression needs is bound the same way. Failing that, `import_from` adds
+    `from <import_from> import name`, but only for a public name: a private flag
+    (`_is_sm120_supported`) exists in no module to import it from. Returns the new module
+    and None, or the module unchanged and why it could not.
     """
     if name in module_bindings(module):
         return module, None
     if sibling:
         old_tok, new_tok = _differing_token(sibling, name)
-        body = list(module.body)
-        for i, stmt in enumerate(body):
-            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-                continue
-            small = stmt.body[0]
-            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                names = list(small.names)
-                for j, alias in enumerate(names):
-                    if _alias_name(alias) == sibling and alias.asname is None:
-                        body[i] = stmt.with_changes(body=[_insert_alias(small, j, name)])
-                        return module.with_changes(body=body), None
-            if (
-                isinstance(small, cst.Assign)
-                and len(small.targets) == 1
-                and isinstance(small.targets[0].target, cst.Name)
-                and small.targets[0].target.value == sibling
-            ):
-                new_value = rename_token(small.value, old_tok, new_tok)
-                new_stmt = stmt.with_changes(
-                    body=[
-                        small.with_changes(
-                            targets=[small.targets[0].with_changes(target=cst.Name(name))], value=new_value
-                        )
-                    ],
-                    leading_lines=[],
-                )
-                body.insert(i + 1, new_stmt)
-                module = module.with_changes(body=body)
-                # the renamed expression may need names of its own (is_sm120_supported)
-                for needed in sorted(names_in(new_value) - names_in(small.value)):
-                    old_needed = needed.replace(new_tok, old_tok)
-                    module, why = ensure_bound(module, needed, sibling=old_needed, import_from=import_from)
-                    if why:
-                        return module, why
-                return module, None
-    if import_from:
+        copier = _Copier(sibling, name, old_tok, new_tok)
+        body = copier.block(list(module.body))
+        if copier.found:
+            module = module.with_changes(body=body)
+            # the renamed expressions may need names of their own (is_sm120_supported)
+            for needed in sorted(copier.needs):
+                old_needed = needed.replace(new_tok, old_tok)
+                module, why = ensure_bound(module, needed, sibling=old_needed, import_from=import_from)
+                if why:
+                    return module, why
+            return module, None
+    if import_from and not name.startswith("_"):
         return _add_import(module, import_from, name), None
     return module, f"cannot bind {name}: no module-level {sibling or name} to copy"
+
+
+class _Copier:
+    """Adds `name` beside every module-level binding of `sibling`, descending into `if`/`try`."""
+
+    def __init__(self, sibling: str, name: str, old_tok: str, new_tok: str) -> None:
+        self.sibling, self.name, self.old_tok, self.new_tok = sibling, name, old_tok, new_tok
+        self.found = False
+        self.needs: set[str] = set()
+
+    def block(self, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        out: list[cst.BaseStatement] = []
+        for stmt in stmts:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                new, extra = self._line(stmt)
+                out.append(new)
+                if extra is not None:
+                    out.append(extra)
+            elif isinstance(stmt, (cst.If, cst.Try)):
+                out.append(self._compound(stmt))
+            else:
+                out.append(stmt)
+        return out
+
+    def _compound(self, node: cst.CSTNode) -> cst.CSTNode:
+        changes: dict[str, object] = {}
+        body = getattr(node, "body", None)
+        if isinstance(body, cst.IndentedBlock):
+            changes["body"] = body.with_changes(body=self.block(list(body.body)))
+        for attr in ("orelse", "finalbody"):
+            sub = getattr(node, attr, None)
+            if sub is not None:
+                changes[attr] = self._compound(sub)
+        handlers = getattr(node, "handlers", None)
+        if handlers:
+            changes["handlers"] = [self._compound(h) for h in handlers]
+        return node.with_changes(**changes) if changes else node
+
+    def _line(self, stmt: cst.SimpleStatementLine) -> tuple[cst.SimpleStatementLine, cst.SimpleStatementLine | None]:
+        if len(stmt.body) != 1:
+            return stmt, None
+        small = stmt.body[0]
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            for j, alias in enumerate(small.names):
+                if _alias_name(alias) == self.sibling and alias.asname is None:
+                    self.found = True
+                    return stmt.with_changes(body=[_insert_alias(small, j, self.name)]), None
+        if (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and small.targets[0].target.value == self.sibling
+        ):
+            self.found = True
+            new_value = rename_token(small.value, self.old_tok, self.new_tok)
+            self.needs |= names_in(new_value) - names_in(small.value)
+            copy = stmt.with_changes(
+                body=[
+                    small.with_changes(
+                        targets=[small.targets[0].with_changes(target=cst.Name(self.name))], value=new_value
+                    )
+                ],
+                leading_lines=[],
+            )
+            return stmt, copy
+        return stmt, None
 
 
 def _differing_token(a: str, b: str) -> tuple[str, str]:

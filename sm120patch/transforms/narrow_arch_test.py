@@ -13,6 +13,7 @@ from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
+    arch_predicates,
     leaf_identifier,
     need_str,
     unknown_keys,
@@ -75,7 +76,7 @@ class NarrowArchTest(Transform):
             for test in _if_tests(fn):
                 if self.near not in module.code_for_node(test):
                     continue
-                preds = _predicates(test)
+                preds = arch_predicates(test)
                 if not preds:
                     continue
                 drops = [p for p in preds if predicate_token(leaf_identifier(p) or "") == self.drop]
@@ -111,22 +112,3 @@ def _if_tests(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
 
     fn.body.visit(_V())
     return tests
-
-
-def _predicates(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """Arch predicates in a test: flags, zero-argument calls and platform attributes."""
-    found: list[cst.BaseExpression] = []
-
-    class _V(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.Call, cst.Name, cst.Attribute)) and predicate_token(
-                leaf_identifier(node) or ""  # type: ignore[arg-type]
-            ):
-                if isinstance(node, cst.Call) and node.args:
-                    return True
-                found.append(node)  # type: ignore[arg-type]
-                return False
-            return True
-
-    test.visit(_V())
-    return found

@@ -8,6 +8,7 @@ from sm120patch.arch import PREDICATE_MAJORS, predicate_token
 from sm120patch.transforms.base import (
     FileOutcome,
     Transform,
+    arm_code,
     flatten_or,
     leaf_identifier,
     need_str,
@@ -34,7 +35,7 @@ class WidenArchTest(Transform):
     )
     PARAMS_HELP: ClassVar[str] = (
         'params = { has = ["sm90", "sm100"], add = "sm120", import_from = "sglang.srt.utils" '
-        '(optional), near = "allreduce_fusion" (optional: the enclosing statement must mention it) }'
+        '(optional), near = "allreduce_fusion" (optional: the enclosing statement\'s own arm must mention it) }'
     )
 
     @classmethod
@@ -72,7 +73,7 @@ class WidenArchTest(Transform):
         needed: list[tuple[str, str]] = []  # (new bare name, sibling) to bind at module level
         for fn in self.functions_in(module):
             for chain, context in _or_chains(fn):
-                if self.near and self.near not in module.code_for_node(context):
+                if self.near and self.near not in arm_code(module, context):
                     continue
                 verdict = self._widen(chain)
                 if verdict is None:

@@ -69,7 +69,8 @@ def test_new_flashinfer_keeps_all_three(tmp_path: Path) -> None:
     fi = unpacked("flashinfer-python", "0.6.17")
     r = _run("apply", str(tree), "--arch", "sm_120", "--flashinfer", str(fi), "--json")
     assert r.returncode == 0, r.stderr
-    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} == {"applied"}
+    # (recipes for gates 0.5.9 does not have are not-applicable)
+    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} - {"not-applicable"} == {"applied"}
     assert "_is_sm120_supported" in (tree / "sglang/srt/layers/communicator.py").read_text()
 
 
@@ -101,7 +102,7 @@ def test_no_flashinfer_found_keeps_gates_shut(tmp_path: Path) -> None:
     )
     # this interpreter has no flashinfer installed: what needs kernels is reverted
     assert r.returncode == 1, r.stderr
-    status = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    status = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"] if x["status"] != "not-applicable"}
     assert status.pop("sglang-gptoss-mxfp4-sm120") == "applied"
     assert set(status.values()) == {"blocked"}
     assert {p: _digest(p) for p in tree.rglob("*.py") if p != gpt} == before

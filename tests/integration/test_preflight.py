@@ -58,4 +58,5 @@ def test_preflight_with_new_flashinfer_blocks_nothing(tmp_path: Path) -> None:
         str(tree), "--arch", "sm_120", "--no-torch", "--flashinfer", str(fi), "--json", env_cache=tmp_path / "cache"
     )
     assert r.returncode == 0, r.stderr
-    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} == {"applicable"}
+    # (recipes for gates 0.5.9 does not have are not-applicable)
+    assert {x["status"] for x in json.loads(r.stdout)["recipes"]} - {"not-applicable"} == {"applicable"}

@@ -28,6 +28,9 @@ pytestmark = pytest.mark.releases
 
 AR, AT, MOE = "sglang-allreduce-fusion-sm120", "sglang-autotune-flashinfer-cutlass", "sglang-moe-backend-sm120"
 GPT = "sglang-gptoss-mxfp4-sm120"
+DSA, FP4, GDN = "sglang-dsa-sparse-mla-sm120", "sglang-fp4-gemm-b12x-sm120", "sglang-gdn-prefill-sm120"
+PCIE, GUARD = "sglang-pcie-ipc-allreduce-sm120", "sglang-autotune-moe-guard-sm120"
+MHA = "sglang-gptoss-trtllm-mha-sm120"
 
 
 def _n(v: str) -> int:
@@ -42,6 +45,13 @@ def expected(version: str) -> dict[str, str]:
         AT: NOT_APPLICABLE if n <= 6 else APPLICABLE if n <= 12 else SATISFIED,
         MOE: APPLICABLE if n <= 12 else SATISFIED,
         GPT: APPLICABLE if n <= 9 else SATISFIED,
+        # the frontier recipes (tests/integration/test_frontier_releases.py checks them in depth)
+        DSA: APPLICABLE if n >= 17 else NOT_APPLICABLE,
+        FP4: APPLICABLE if n >= 8 else NOT_APPLICABLE,
+        GDN: APPLICABLE if n >= 19 else NOT_APPLICABLE,
+        PCIE: APPLICABLE if n >= 21 else NOT_APPLICABLE,
+        GUARD: APPLICABLE if n >= 17 else NOT_APPLICABLE,
+        MHA: APPLICABLE if n >= 19 else NOT_APPLICABLE,
     }
 
 
@@ -54,6 +64,10 @@ def expected_ar_edits(version: str) -> dict[str, str]:
         # 0.5.5/0.5.6 enable fusion inside an SM100-only block (no `sm90 or sm100` test);
         # 0.5.7 keyed it on is_blackwell_supported(), which already admits SM12x
         "server-args-auto-enable": "missing" if n <= 6 else "satisfied" if n == 7 else "changed",
+        # the SM12x TP limit on every auto-enable that admits SM12x once widened: 0.5.5/0.5.6 turn
+        # fusion on for GPT-OSS under is_blackwell_supported(), 0.5.7 for every listed model
+        "auto-enable-tp-limit": "changed" if n <= 14 else "missing",
+        "auto-enable-tp-limit-view": "missing" if n <= 14 else "changed",
     }
 
 
@@ -194,4 +208,4 @@ def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
     (target,) = discover(tree)
     a = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))}
     b = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))}
-    assert a == b and {s for s, _ in a.values()} == {APPLICABLE}
+    assert a == b and {s for s, _ in a.values()} == {APPLICABLE, NOT_APPLICABLE}

@@ -404,3 +404,20 @@ def test_split_ref(source: str, split: tuple[str, str | None]) -> None:
 
 def test_cli_is_a_click_group() -> None:
     assert isinstance(cli, click.Group)
+
+
+def test_a_release_newer_than_the_tests_is_untested_until_allowed(sm, tmp_path: Path) -> None:  # noqa: ANN001
+    root = tmp_path / "site-packages"
+    make_sglang(root, version="0.5.24")
+    pristine = snapshot(root)
+    r = sm("apply", *NO_PROBE, "--json", root)
+    assert r.code == 1
+    by_id = {x["id"]: x for x in r.json()["recipes"]}
+    untested = [i for i, x in by_id.items() if x["status"] == "untested"]
+    assert untested and all("--allow-untested" in by_id[i]["reason"] and by_id[i]["diff"] for i in untested)
+    assert snapshot(root) == pristine  # said loudly, written nowhere
+    r = sm("apply", *NO_PROBE, "--allow-untested", "--json", root)
+    assert r.code == 0, r.err
+    now = {x["id"]: x["status"] for x in r.json()["recipes"]}
+    assert {i: now[i] for i in untested} == dict.fromkeys(untested, "applied")
+    assert sm("rollback", root).code == 0 and snapshot(root) == pristine

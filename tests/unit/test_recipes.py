@@ -21,11 +21,19 @@ SGLANG_IDS = {
     "sglang-autotune-flashinfer-cutlass",
     "sglang-gptoss-mxfp4-sm120",
     "sglang-moe-backend-sm120",
+    # the SGLang 0.5.17-0.5.23 frontier (ids fixed: docs and scripts name them)
+    "sglang-dsa-sparse-mla-sm120",
+    "sglang-fp4-gemm-b12x-sm120",
+    "sglang-gdn-prefill-sm120",
+    "sglang-pcie-ipc-allreduce-sm120",
+    "sglang-autotune-moe-guard-sm120",
+    "sglang-gptoss-trtllm-mha-sm120",
 }
 FLASHINFER_IDS = {"flashinfer-trtllm-comm-sm120"}
 CATALOGUE_IDS = SGLANG_IDS | FLASHINFER_IDS
 # the oldest release each package's recipes claim, and the one just before it
 FIRST = {"sglang": ("0.5.5", "0.5.4"), "flashinfer": ("0.5.0", "0.4.1")}
+NEWEST = {"sglang": "0.5.23", "flashinfer": "0.7.4"}
 
 GOOD = """\
 id = "r"
@@ -76,15 +84,17 @@ def test_catalogue_loads() -> None:
     for r in recipes:
         assert r.path.stem == r.id and r.path.parent.name == r.package
         assert r.covers_arch(Arch(12, 0)) and r.covers_arch(Arch(12, 1)) and not r.covers_arch(Arch(10, 0))
-        first, before = FIRST[r.package]
-        assert r.covers_version(first) and not r.covers_version(before)
+        _, before = FIRST[r.package]
+        assert not r.covers_version(before) and r.covers_version(r.tested[0])
+        # every shipped recipe says which releases its tests cover, all inside its range
+        assert r.tested and all(r.covers_version(v) for v in r.tested) and r.tested[-1] == NEWEST[r.package]
         assert r.title and r.why and r.why == r.why.strip()
         assert len(r.sha256) == 64 and r.sha256 == __import__("hashlib").sha256(r.path.read_bytes()).hexdigest()
         for e in r.edits:
             if e.diff_path is not None:
                 assert e.transform is None and e.diff_path.is_file() and e.diff_path.parent == r.path.parent
                 continue
-            assert e.transform in TRANSFORMS and e.functions
+            assert e.transform in TRANSFORMS and (e.functions or e.params.get("target"))  # a module-level name
             assert TRANSFORMS[e.transform].check_params(e.params, e.functions) is None
     assert [r.id for r in load_recipes(package="flashinfer")] == sorted(FLASHINFER_IDS)
     assert [r.id for r in load_recipes(package="sglang")] == sorted(SGLANG_IDS)
@@ -180,7 +190,31 @@ BAD = {
     "edit-empty": (GOOD.split("[[edit]]")[0] + "edit = []\n", "edit"),
     "edit-not-table": (GOOD.split("[[edit]]")[0] + "edit = [1]\n", "edit[0]"),
     "insert-rule-code": (replace('transform = "widen-arch-test"', 'transform = "insert-rule"'), "edit[0].params"),
+    "tested-not-list": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = "0.5.9"'), "tested"),
+    "tested-not-version": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["latest"]'), "tested[0]"),
+    "tested-outside-versions": (
+        replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.9", "0.5.4"]'),
+        "tested[1]",
+    ),
+    "tested-twice": (replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.9", "0.5.9.0"]'), "tested"),
 }
+
+
+def test_tested_is_sorted_and_names_the_newest(tmp_path: Path) -> None:
+    r = load_recipe(
+        write(tmp_path, replace('needs = ["flashinfer:trtllm_comm"]', 'tested = ["0.5.23", "0.5.9", "0.5.10"]'))
+    )
+    assert r.tested == ("0.5.9", "0.5.10", "0.5.23") and str(r.newest_tested) == "0.5.23"
+    assert [r.untested(v) for v in ("0.5.9", "0.5.23", "0.5.23.post1", "0.5.24.dev0", "0.6.0", None, "x")] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert load_recipe(write(tmp_path, GOOD)).untested("9.9") is False  # no `tested`: nothing is newer
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -464,3 +498,35 @@ def test_fuzz_errors_are_one_line(where: str, key: str, value: Any) -> None:
             load_recipe(p)
         except UserError as e:
             assert "\n" not in str(e) and "\r" not in str(e), str(e)
+
+
+# --- untested: a release newer than the newest the recipe was tested on -------------------------------------
+
+
+def test_newer_release_is_untested_with_the_diff_and_nothing_carried(tmp_path: Path) -> None:
+    """A fake 0.5.24 tree: every recipe that would open its gate is `untested`, loudly, with the same
+    diff a tested release gets; no later recipe builds on it; `allow_untested` plans it as usual."""
+    from sm120patch.plan import APPLICABLE, UNTESTED, plan
+    from sm120patch.targets import discover
+    from tests.unit.sglang_fakes import make_sglang
+
+    recipes = load_recipes()
+    (old,) = discover(make_sglang(tmp_path / "old", "0.5.9").parent)
+    (new,) = discover(make_sglang(tmp_path / "new", "0.5.24").parent)
+    sm120 = Arch(12, 0)
+    before = {p.recipe.id: p for p in plan(old, recipes, sm120)}
+    after = {p.recipe.id: p for p in plan(new, recipes, sm120)}
+    opened = [rid for rid, p in before.items() if p.status == APPLICABLE]
+    assert opened
+    for rid in opened:
+        p = after[rid]
+        assert p.status == UNTESTED, (rid, p.status, p.reason)
+        assert "0.5.24" in p.reason and p.recipe.tested[-1] in p.reason and "--allow-untested" in p.reason
+        (alone,) = plan(old, [p.recipe], sm120)  # the same diff as a tested release, planned on its own
+        assert p.diff() == alone.diff()
+        for rel, (a, _) in p.changes.items():  # computed on the tree's own bytes, not on another recipe's
+            assert a == (new.root / rel).read_bytes()
+    allowed = {p.recipe.id: p for p in plan(new, recipes, sm120, allow_untested=True)}
+    for rid in opened:
+        assert allowed[rid].status == APPLICABLE and "--allow-untested" in allowed[rid].reason
+        assert allowed[rid].diff() == before[rid].diff()  # and composed as usual

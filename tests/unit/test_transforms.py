@@ -16,11 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sm120patch.transforms import TRANSFORMS, FileOutcome
+from sm120patch.transforms.add_collection_item import AddCollectionItem
+from sm120patch.transforms.add_condition import AddCondition
+from sm120patch.transforms.add_function import AddFunction
 from sm120patch.transforms.add_list_item import AddListItem
 from sm120patch.transforms.insert_rule import InsertRule
 from sm120patch.transforms.narrow_arch_test import NarrowArchTest
 from sm120patch.transforms.widen_arch_test import WidenArchTest
 from sm120patch.transforms.widen_major_list import WidenMajorList
+from sm120patch.transforms.wrap_expression import WrapExpression
 
 WIDEN = {"has": ["sm90", "sm100"], "add": "sm120", "import_from": "sglang.srt.utils"}
 ADD = {"anchors": ["flashinfer_trtllm", "flashinfer_mxfp4"], "item": "flashinfer_cutlass"}
@@ -83,6 +87,10 @@ def test_registry_names_every_transform() -> None:
         "add-list-item": AddListItem,
         "insert-rule": InsertRule,
         "widen-major-list": WidenMajorList,
+        "add-collection-item": AddCollectionItem,
+        "wrap-expression": WrapExpression,
+        "add-condition": AddCondition,
+        "add-function": AddFunction,
     }
     assert expected == TRANSFORMS
     for cls in TRANSFORMS.values():
@@ -339,6 +347,25 @@ def test_widen_near_scopes_to_the_statement_mentioning_it() -> None:
             return x
         """,
     )
+
+
+def test_widen_near_does_not_leak_from_a_later_branch() -> None:
+    """Issue 14.3: `near` is the arm's own test and body. A word in an `elif`/`else` branch
+    (or a nested one) must not widen the `if` above it, whose arm never mentions it."""
+    before = """
+        def f(self):
+            if is_sm90_supported() or is_sm100_supported():
+                self.attention_backend = "fa3"
+            elif self.tp_size > 1:
+                self.enable_flashinfer_allreduce_fusion = True
+            else:
+                self.x = "allreduce_fusion"
+            while is_sm90_supported() or is_sm100_supported():
+                break
+            else:
+                self.enable_flashinfer_allreduce_fusion = False
+        """
+    assert_untouched(WidenArchTest, {**WIDEN, "near": "allreduce_fusion"}, ["f"], before)
 
 
 def test_widen_near_with_no_mention_is_untouched() -> None:
@@ -1018,3 +1045,470 @@ def test_narrow_arch_test_params_must_narrow() -> None:
     assert NarrowArchTest.check_params({**NARROW, "keep": "sm120", "drop": "sm100"}, ["f"]) is not None
     assert NarrowArchTest.check_params(NARROW, []) is not None
     assert NarrowArchTest.check_params(NARROW, ["f"]) is None
+
+
+def test_widen_copies_a_flag_bound_inside_if_else_never_imports_a_private_name() -> None:
+    """Issue 14.2: a sibling flag bound inside a module-level `if`/`else` is copied in every
+    branch; the old fallback emitted `from sglang.srt.utils import _is_sm120_supported`, a name
+    that module never defines."""
+    assert_rewrites(
+        WidenArchTest,
+        WIDEN,
+        ["apply_flashinfer_allreduce_fusion"],
+        """
+        from sglang.srt.utils import is_cuda
+
+        if is_cuda():
+            from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+            _is_sm90_supported = is_sm90_supported()
+            _is_sm100_supported = is_sm100_supported()
+        else:
+            _is_sm90_supported = _is_sm100_supported = False
+            _is_sm100_supported = False
+
+
+        def apply_flashinfer_allreduce_fusion() -> bool:
+            return _is_sm90_supported or _is_sm100_supported
+        """,
+        """
+        from sglang.srt.utils import is_cuda
+
+        if is_cuda():
+            from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+            _is_sm90_supported = is_sm90_supported()
+            _is_sm100_supported = is_sm100_supported()
+            _is_sm120_supported = is_sm120_supported()
+        else:
+            _is_sm90_supported = _is_sm100_supported = False
+            _is_sm100_supported = False
+            _is_sm120_supported = False
+
+
+        def apply_flashinfer_allreduce_fusion() -> bool:
+            return _is_sm90_supported or _is_sm100_supported or _is_sm120_supported
+        """,
+    )
+
+
+def test_widen_refuses_to_import_a_private_flag_it_cannot_copy() -> None:
+    out = run(
+        WidenArchTest,
+        WIDEN,
+        ["f"],
+        src(
+            """
+            from sglang.srt.layers.flags import _is_sm90_supported, _is_sm100_supported as _s100
+
+
+            def f() -> bool:
+                return _is_sm90_supported or _s100
+            """
+        ).replace("_s100", "_is_sm100_supported"),
+    )
+    assert out.notes and "cannot bind _is_sm120_supported" in out.notes[0]
+
+
+# --- add-collection-item --------------------------------------------------------------------------------
+
+ARCHS = {"target": "_DSA_ARCHS", "items": ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN"]}
+
+
+def test_add_collection_item_module_tuple_one_per_line() -> None:
+    assert_rewrites(
+        AddCollectionItem,
+        ARCHS,
+        [],
+        """
+        import logging
+
+        _DSA_ARCHS = (
+            "GlmMoeDsaForCausalLM",
+            "GlmMoeDsaForCausalLMNextN",
+        )
+
+
+        def check(arch):
+            return arch in _DSA_ARCHS
+        """,
+        """
+        import logging
+
+        _DSA_ARCHS = (
+            "GlmMoeDsaForCausalLM",
+            "GlmMoeDsaForCausalLMNextN",
+            "DeepseekV32ForCausalLM",
+            "DeepseekV3ForCausalLMNextN",
+        )
+
+
+        def check(arch):
+            return arch in _DSA_ARCHS
+        """,
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("X = frozenset()", "X = frozenset()"),  # no literal inside: not a site
+        ('X = frozenset({"a"})', 'X = frozenset({"a", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN"})'),
+        ("X: tuple = ('a',)", "X: tuple = ('a', 'DeepseekV32ForCausalLM', 'DeepseekV3ForCausalLMNextN',)"),
+        ('X = ["a"]', 'X = ["a", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN"]'),
+    ],
+)
+def test_add_collection_item_literal_shapes(before: str, after: str) -> None:
+    params = {**ARCHS, "target": "X"}
+    if before == after:
+        assert_untouched(AddCollectionItem, params, [], before)
+    else:
+        assert_rewrites(AddCollectionItem, params, [], before, after)
+
+
+def test_add_collection_item_in_function_by_anchors_ints() -> None:
+    assert_rewrites(
+        AddCollectionItem,
+        {"anchors": [9, 10], "items": [12]},
+        ["default"],
+        """
+        def default(sm_major):
+            if sm_major not in (9, 10):
+                return None
+            return (8, 9)
+        """,
+        """
+        def default(sm_major):
+            if sm_major not in (9, 10, 12):
+                return None
+            return (8, 9)
+        """,
+    )
+
+
+def test_add_collection_item_partial_is_completed_and_full_is_satisfied() -> None:
+    assert_rewrites(
+        AddCollectionItem,
+        ARCHS,
+        [],
+        '_DSA_ARCHS = ("DeepseekV32ForCausalLM",)\n',
+        '_DSA_ARCHS = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",)\n',
+    )
+    full = '_DSA_ARCHS = ("DeepseekV3ForCausalLMNextN", "DeepseekV32ForCausalLM")'
+    assert_satisfied(AddCollectionItem, ARCHS, [], full)
+
+
+def test_add_collection_item_missing_shapes() -> None:
+    assert_untouched(AddCollectionItem, ARCHS, [], "_DSA_ARCHS = get_archs()\n")
+    assert_untouched(AddCollectionItem, ARCHS, [], "def f():\n    _DSA_ARCHS = ('a',)\n")  # not module level
+    t = AddCollectionItem(ARCHS, [])
+    assert t.apply(cst.parse_module("x = 1\n")).module is None
+    assert "no module-level _DSA_ARCHS" in t.describe_missing()
+
+
+@pytest.mark.parametrize(
+    ("params", "functions", "fragment"),
+    [
+        ({"items": ["a"]}, [], "exactly one of 'target'"),
+        ({"target": "X", "anchors": ["a"], "items": ["a"]}, ["f"], "exactly one of 'target'"),
+        ({"target": "X"}, [], "'items' is missing"),
+        ({"target": "X", "items": [True]}, [], "strings or integers"),
+        ({"target": "X", "items": []}, [], "strings or integers"),
+        ({"anchors": [9], "items": [12]}, [], "'functions'"),
+        ({"target": "X", "items": ["a"], "more": 1}, [], "unknown param(s) more"),
+    ],
+)
+def test_add_collection_item_check_params(params: dict[str, Any], functions: list[str], fragment: str) -> None:
+    assert fragment in (AddCollectionItem.check_params(params, functions) or "")
+
+
+# --- wrap-expression ----------------------------------------------------------------------------------------
+
+GPTOSS = {
+    "anchor": "get_platform().is_sm100",
+    "template": '__anchor__ or (get_platform().is_sm120 and cfg.kv_cache_dtype != "fp8_e4m3")',
+    "near": "trtllm_mha",
+}
+
+
+def test_wrap_expression_only_the_arm_that_mentions_near() -> None:
+    assert_rewrites(
+        WrapExpression,
+        GPTOSS,
+        ["_overrides"],
+        """
+        def _overrides(cfg, overrides):
+            if cfg.attention_backend is None:
+                if get_platform().is_sm100:
+                    overrides["attention_backend"] = "trtllm_mha"
+                elif get_platform().is_sm90:
+                    overrides["attention_backend"] = "fa3"
+            if get_platform().is_sm100 and cfg.mxfp4:
+                overrides["moe_runner_backend"] = "flashinfer_mxfp4"
+            elif get_platform().is_sm100:
+                overrides["note"] = "trtllm_mha is elsewhere"
+            return overrides
+        """,
+        """
+        def _overrides(cfg, overrides):
+            if cfg.attention_backend is None:
+                if get_platform().is_sm100 or (get_platform().is_sm120 and cfg.kv_cache_dtype != "fp8_e4m3"):
+                    overrides["attention_backend"] = "trtllm_mha"
+                elif get_platform().is_sm90:
+                    overrides["attention_backend"] = "fa3"
+            if get_platform().is_sm100 and cfg.mxfp4:
+                overrides["moe_runner_backend"] = "flashinfer_mxfp4"
+            elif get_platform().is_sm100 or (get_platform().is_sm120 and cfg.kv_cache_dtype != "fp8_e4m3"):
+                overrides["note"] = "trtllm_mha is elsewhere"
+            return overrides
+        """,
+        changed=2,
+    )
+
+
+def test_wrap_expression_operand_is_parenthesised_and_anchor_parens_kept() -> None:
+    assert_rewrites(
+        WrapExpression,
+        {"anchor": 'model_arch == "Glm"', "template": '__anchor__ or model_arch == "DeepseekV32"'},
+        ["resolve"],
+        """
+        def resolve(model_arch, major):
+            is_glm = (
+                model_arch == "Glm"
+                and major == 12
+            )
+            also = (model_arch == "Glm")
+            return is_glm, also
+        """,
+        """
+        def resolve(model_arch, major):
+            is_glm = (
+                (model_arch == "Glm" or model_arch == "DeepseekV32")
+                and major == 12
+            )
+            also = (model_arch == "Glm" or model_arch == "DeepseekV32")
+            return is_glm, also
+        """,
+        changed=2,
+    )
+
+
+def test_wrap_expression_in_call_touches_the_argument_value_only() -> None:
+    fp4 = {
+        "anchor": "backend",
+        "template": '"auto" if __anchor__ == "cutlass" and is_sm120_supported() else __anchor__',
+        "in_call": "mm_fp4",
+        "imports": ["sglang.srt.utils:is_sm120_supported"],
+    }
+    assert_rewrites(
+        WrapExpression,
+        fp4,
+        ["fp4_gemm"],
+        """
+        from flashinfer import mm_fp4
+
+
+        def fp4_gemm(a, b, backend):
+            backend = backend.lower()
+            out = mm_fp4(a, b, backend=backend)
+            return mm_bf16(a, b, backend=backend), out
+        """,
+        """
+        from flashinfer import mm_fp4
+        from sglang.srt.utils import is_sm120_supported
+
+
+        def fp4_gemm(a, b, backend):
+            backend = backend.lower()
+            out = mm_fp4(a, b, backend="auto" if backend == "cutlass" and is_sm120_supported() else backend)
+            return mm_bf16(a, b, backend=backend), out
+        """,
+    )
+
+
+def test_wrap_expression_comparison_needs_no_parens_under_and() -> None:
+    assert_rewrites(
+        WrapExpression,
+        {"anchor": "sm_major not in (9, 10)", "template": "__anchor__ and not (sm_major == 12 and cuda >= 13)"},
+        ["default"],
+        """
+        def default(sm_major, cuda, backend):
+            if backend is not None or sm_major not in (9, 10):
+                return None
+            return "flashinfer"
+        """,
+        """
+        def default(sm_major, cuda, backend):
+            if backend is not None or (sm_major not in (9, 10) and not (sm_major == 12 and cuda >= 13)):
+                return None
+            return "flashinfer"
+        """,
+    )
+
+
+def test_wrap_expression_absent_anchor_and_bad_params() -> None:
+    sm90 = "def _overrides(cfg):\n    return get_platform().is_sm90\n"
+    assert_untouched(WrapExpression, GPTOSS, ["_overrides"], sm90)
+    assert_untouched(WrapExpression, GPTOSS, ["_overrides"], "def _overrides(is_sm100):\n    is_sm100 = 1\n")
+    cases = {
+        "template": ({**GPTOSS, "template": "get_platform().is_sm120"}, "__anchor__"),
+        "bare": ({**GPTOSS, "template": "(__anchor__)"}, "__anchor__"),
+        "syntax": ({**GPTOSS, "anchor": "a or"}, "'anchor' is not a Python expression"),
+        "imports": ({**GPTOSS, "imports": ["nocolon"]}, "module:name"),
+        "unknown": ({**GPTOSS, "where": "x"}, "unknown param(s) where"),
+    }
+    for params, fragment in cases.values():
+        assert fragment in (WrapExpression.check_params(params, ["f"]) or "")
+    assert "'functions'" in (WrapExpression.check_params(GPTOSS, []) or "")
+
+
+# --- add-condition ------------------------------------------------------------------------------------------
+
+TP4 = {
+    "code": "not (is_sm120_supported() and self.tp_size >= 4)",
+    "near": "allreduce_fusion",
+    "imports": ["sglang.srt.utils:is_sm120_supported"],
+}
+
+
+def test_add_condition_multiline_test_keeps_its_layout() -> None:
+    assert_rewrites(
+        AddCondition,
+        TP4,
+        ["_handle_model_specific_adjustments"],
+        """
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported
+
+
+        def _handle_model_specific_adjustments(self):
+            if (
+                not self.enable_flashinfer_allreduce_fusion
+                and (is_sm90_supported() or is_sm100_supported())
+                and self.nnodes == 1
+            ):
+                self.enable_flashinfer_allreduce_fusion = True
+            elif is_sm90_supported():
+                self.other = "allreduce_fusion"
+        """,
+        """
+        from sglang.srt.utils import is_sm90_supported, is_sm100_supported, is_sm120_supported
+
+
+        def _handle_model_specific_adjustments(self):
+            if (
+                not self.enable_flashinfer_allreduce_fusion
+                and (is_sm90_supported() or is_sm100_supported())
+                and self.nnodes == 1
+                and not (is_sm120_supported() and self.tp_size >= 4)
+            ):
+                self.enable_flashinfer_allreduce_fusion = True
+            elif is_sm90_supported() and not (is_sm120_supported() and self.tp_size >= 4):
+                self.other = "allreduce_fusion"
+        """,
+        changed=2,
+    )
+
+
+def test_add_condition_parenthesises_an_or_test_and_skips_non_arch_tests() -> None:
+    assert_rewrites(
+        AddCondition,
+        {"code": "view.tp_size < 4 or view.nvlink", "near": "fusion"},
+        ["auto"],
+        """
+        def auto(view):
+            if view.fusion is None:
+                return {}
+            if is_sm90_supported() or is_sm100_supported():
+                return {"fusion": "auto"}
+        """,
+        """
+        def auto(view):
+            if view.fusion is None:
+                return {}
+            if (is_sm90_supported() or is_sm100_supported()) and (view.tp_size < 4 or view.nvlink):
+                return {"fusion": "auto"}
+        """,
+    )
+
+
+def test_add_condition_check_params() -> None:
+    assert AddCondition.check_params(TP4, ["f"]) is None
+    assert "'near' is missing" in (AddCondition.check_params({"code": "a"}, ["f"]) or "")
+    assert "not a Python expression" in (AddCondition.check_params({**TP4, "code": "a and"}, ["f"]) or "")
+    assert "'functions'" in (AddCondition.check_params(TP4, []) or "")
+
+
+# --- add-function -------------------------------------------------------------------------------------------
+
+HELPER = {
+    "code": 'def _helper(n: int) -> bool:\n    """Why."""\n    return n in _SIZES and is_sm120_supported()\n',
+    "imports": ["sglang.srt.utils:is_sm120_supported"],
+}
+
+
+def test_add_function_goes_above_the_named_function_with_its_comments_kept() -> None:
+    assert_rewrites(
+        AddFunction,
+        HELPER,
+        ["eligible_group"],
+        """
+        \"\"\"Doc.\"\"\"
+
+        import torch
+
+        _SIZES = (2, 4, 8)
+
+
+        # group eligibility
+        @functools.cache
+        def eligible_group(n: int) -> bool:
+            return n > 1
+        """,
+        """
+        \"\"\"Doc.\"\"\"
+
+        import torch
+        from sglang.srt.utils import is_sm120_supported
+
+        _SIZES = (2, 4, 8)
+
+
+        def _helper(n: int) -> bool:
+            \"\"\"Why.\"\"\"
+            return n in _SIZES and is_sm120_supported()
+
+
+        # group eligibility
+        @functools.cache
+        def eligible_group(n: int) -> bool:
+            return n > 1
+        """,
+    )
+
+
+def test_add_function_missing_and_params() -> None:
+    assert_untouched(AddFunction, HELPER, ["eligible_group"], "class A:\n    def eligible_group(self):\n        pass\n")
+    assert "one unindented `def`" in (AddFunction.check_params({"code": "x = 1"}, ["f"]) or "")
+    assert "one unindented `def`" in (AddFunction.check_params({"code": "def a(): pass\ndef b(): pass"}, ["f"]) or "")
+    assert "'functions'" in (AddFunction.check_params(HELPER, []) or "")
+
+
+def test_add_condition_arch_skips_tests_that_never_admit_it() -> None:
+    before = """
+        def adjust(self):
+            if is_cuda() and is_sm100_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+            if is_sm90_supported() or is_blackwell_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+        """
+    after = """
+        def adjust(self):
+            if is_cuda() and is_sm100_supported():
+                self.enable_flashinfer_allreduce_fusion = True
+            if (is_sm90_supported() or is_blackwell_supported()) and not (is_sm120_supported() and self.tp_size >= 4):
+                self.enable_flashinfer_allreduce_fusion = True
+        """
+    params = {**TP4, "arch": "sm120"}
+    params.pop("imports")
+    assert_rewrites(AddCondition, params, ["adjust"], before, after)
+    assert "not an arch token" in (AddCondition.check_params({**TP4, "arch": "ampere"}, ["f"]) or "")
