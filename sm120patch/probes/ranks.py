@@ -21,14 +21,15 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HARNESS = Path(__file__).resolve().parent / "checks" / "harness.py"
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-GRACE_S = 20.0
+GRACE_S = 20.0  # how long the other ranks may still report after one failed
+TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
 STDERR_LINES = 40
 
 
@@ -120,6 +121,7 @@ class _Proc:
             env=env,
             start_new_session=True,
         )
+        self.term_at = 0.0  # when we sent SIGTERM
         self.exit_time: float | None = None  # when it ended, to the millisecond: who failed first matters
         self.threads = [
             threading.Thread(target=self._read_out, daemon=True),
@@ -159,10 +161,20 @@ class _Proc:
             self.err.append(line.rstrip("\n"))
 
     def kill(self, why: str) -> None:
-        if self.proc.poll() is None:
-            self.child.killed = why
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGTERM to its process group, SIGKILL after TERM_GRACE_S. Not SIGKILL at once: ninja
+        runs each nvcc in a process group of its own and only takes them down on SIGTERM."""
+        if self.proc.poll() is not None:
+            return
+        now = time.monotonic()
+        if not self.child.killed:
+            self.child.killed, self.term_at = why, now
+            sig = signal.SIGTERM
+        elif now - self.term_at >= TERM_GRACE_S:
+            sig = signal.SIGKILL
+        else:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
 
     def finish(self) -> None:
         self.proc.wait()
@@ -176,10 +188,47 @@ def _argv(python: str, mode: str, check: Path, args: Mapping[str, Any]) -> list[
     return [python, str(HARNESS), mode, str(check), json.dumps(dict(args))]
 
 
+@contextlib.contextmanager
+def _killed_on_sigterm(procs: list[_Proc]) -> Iterator[None]:
+    """A SIGTERM to us (`timeout`, a supervisor) first kills the ranks: they run in sessions of
+    their own, so nothing else would, and an orphaned rank can spin on a GPU for good."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGTERM)
+    old = old if old is not None else signal.SIG_DFL  # a handler set outside Python
+
+    def on_term(signum: int, frame: object) -> None:
+        for p in procs:
+            p.kill("we were terminated")
+        deadline = time.monotonic() + TERM_GRACE_S
+        while time.monotonic() < deadline and any(p.proc.poll() is None for p in procs):
+            time.sleep(0.05)
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if p.proc.poll() is None:
+                    os.killpg(p.proc.pid, signal.SIGKILL)
+        signal.signal(signal.SIGTERM, old)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_children(specs: list[tuple[Child, list[str], dict[str, str]]], timeout: float, grace: float = GRACE_S) -> Run:
     """Run the children to the end, or until `timeout`, or until `grace` after the first failure."""
-    start = time.monotonic()
     procs: list[_Proc] = []
+    with _killed_on_sigterm(procs):
+        return _supervise(specs, procs, timeout, grace)
+
+
+def _supervise(
+    specs: list[tuple[Child, list[str], dict[str, str]]], procs: list[_Proc], timeout: float, grace: float
+) -> Run:
+    start = time.monotonic()
     timed_out = False
     try:
         for child, argv, env in specs:
@@ -219,9 +268,12 @@ def run_children(specs: list[tuple[Child, list[str], dict[str, str]]], timeout: 
         raise
     finally:
         for p in procs:
+            while p.child.ended_s is None and p.exit_time is None:
+                p.kill(p.child.killed or "interrupted")  # TERM first, KILL after TERM_GRACE_S
+                time.sleep(0.05)
             if p.child.ended_s is None:
                 p.finish()
-                p.child.ended_s = round(time.monotonic() - start, 3)
+                p.child.ended_s = round((p.exit_time or time.monotonic()) - start, 3)
     return Run([c for c, _, _ in specs], round(time.monotonic() - start, 3), timed_out)
 
 
