@@ -15,6 +15,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu-validation}; mkdir -p "$OUT"
 WHL=${WHL:-$HERE/../.whl}
 SECTION=${1:-ladder}
+VARIANTS=${VARIANTS:-stock empty-body big-cluster}  # run-rung: which FlashInfer builds to run
+MOE=${MOE:-1}  # run-rung: start the fused-MoE probe in the background (1) or not (0)
 export PYTHONUNBUFFERED=1
 if ls "$WHL"/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl || exit 1
@@ -61,18 +63,20 @@ run_rung() {
   echo; echo "### multicast off:"; env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)='
   rm -rf "$W"; mkdir -p "$W"/moe "$W"/stock
   # scratch copies of the installed FlashInfer, each with one fault (before anything writes into it)
-  for f in empty-body big-cluster; do
+  for f in $VARIANTS; do
+    [ "$f" = stock ] && continue
     mkdir -p "$W/$f" && cp -r /tmp/site/flashinfer "$W/$f"/ && step python3 "$HERE"/inject_fault.py "$f" "$W/$f/flashinfer"
   done
   # the fused-MoE probe in its own session, at lower priority: its cold build is ~180 CUDA files
   date +%s > "$W"/moe/started
-  (cd "$W"/moe && MAX_JOBS=${MOE_JOBS:-32} XDG_CACHE_HOME="$W"/moe/cache setsid nice -n 10 \
+  [ "$MOE" = 1 ] && (cd "$W"/moe && MAX_JOBS=${MOE_JOBS:-32} XDG_CACHE_HOME="$W"/moe/cache setsid nice -n 10 \
      $SM probe flashinfer:cutlass_fused_moe_sm90 --arch sm_90 --probe run --python python3 --json \
      > "$W"/moe/verdict.json 2> "$W"/moe/stderr.txt < /dev/null &)
   # build rung for the three variants at once (and the norm module), then run them one at a time
-  echo; echo "### build rung: stock, empty-body, big-cluster (in parallel)"
+  echo; echo "### build rung: $VARIANTS (in parallel)"
   local t0; t0=$(date +%s)
-  for v in stock empty-body big-cluster; do
+  for v in $VARIANTS; do
+    mkdir -p "$W/$v"
     # shellcheck disable=SC2046
     XDG_CACHE_HOME="$W/$v/cache" $SM probe flashinfer:trtllm_comm --arch sm_90 --probe build $(variant_args $v) \
       > "$W/$v/build.txt" 2>&1 &
@@ -81,10 +85,10 @@ run_rung() {
     > "$W/stock/norm-build.txt" 2>&1 &
   wait_builds=$(jobs -p); wait $wait_builds
   echo "### builds done in $(( $(date +%s) - t0 )) s"
-  for v in stock empty-body big-cluster; do echo "--- $v"; cat "$W/$v/build.txt"; done
+  for v in $VARIANTS; do echo "--- $v"; cat "$W/$v/build.txt"; done
   cat "$W/stock/norm-build.txt"
   moe_progress
-  for v in stock empty-body big-cluster; do
+  for v in $VARIANTS; do
     # shellcheck disable=SC2046
     step env XDG_CACHE_HOME="$W/$v/cache" timeout 300 $SM probe flashinfer:trtllm_comm --arch sm_90 --probe run $(variant_args $v)
     # the same question again: answered from the verdict cache, with the whole record

@@ -39,7 +39,8 @@ def _once(text: str, needle: str) -> int:
 
 def empty_body(text: str) -> str:
     start = _once(text, ONESHOT) + len(ONESHOT)
-    text = text[:start] + "#if !(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))  // sm120patch fault (a)\n" + text[start:]
+    guard = "#if !(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))  // sm120patch fault (a)\n"
+    text = text[:start] + guard + text[start:]
     end = _once(text, ONESHOT_END) + 1  # after the body's last newline, before its closing brace
     return text[:end] + "#endif  // sm120patch fault (a)\n" + text[end:]
 

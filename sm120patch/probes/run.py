@@ -78,24 +78,46 @@ def run_fingerprint(kernel: Kernel) -> str:
     return h.hexdigest()
 
 
-def _builds_here(folder: Path, kernel: Kernel, fi: FlashInferEnv) -> bool:
-    """The build rung's folder holds a build of *this* FlashInfer (its ninja file names our sources)."""
+def _built_at(folder: Path, kernel: Kernel, fi: FlashInferEnv) -> Path | None:
+    """The workspace path the build rung's ninja file was written for, if that build is of
+    *this* FlashInfer (the file names our sources); None when it is not ours."""
     for m in kernel.jit_modules:
         for ninja in folder.glob(f".cache/flashinfer/*/*/cached_ops/{m}/build.ninja"):
             try:
-                if fi.location and fi.location in ninja.read_text(encoding="utf-8", errors="replace"):
-                    return True
+                text = ninja.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
-    return False
+            if fi.location and fi.location in text:
+                found = re.search(re.escape(str(folder)) + r"(\.partial-\d+)?(?=/\.cache/flashinfer/)", text)
+                return Path(found.group(0)) if found else folder
+    return None
+
+
+def _reuse(built: Path, kernel: Kernel, fi: FlashInferEnv) -> Path | None:
+    """The build rung compiles into `<key>.partial-<pid>` and renames it to `<key>`. FlashInfer's
+    ninja file names the old path, so a JIT pointed at `<key>` rewrites it and compiles everything
+    again (minutes; hours for the fused MoE). Pointed at the old path, through a symlink to `<key>`,
+    it finds its outputs up to date."""
+    if not built.is_dir():
+        return None
+    was = _built_at(built, kernel, fi)
+    if was is None or was == built:
+        return built if was else None
+    if not was.exists():
+        try:
+            was.symlink_to(built.name, target_is_directory=True)
+        except OSError:
+            return built
+    return was if was.resolve() == built.resolve() else built
 
 
 def workspace(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path) -> Path:
     """Where FlashInfer JIT-builds for the run: the build rung's folder when it built this very
     tree (no second nvcc pass), else a folder of our own keyed by version, arch and location."""
     built = cache_root / "builds" / build_key(kernel, arch, fi, find_cuda().version)
-    if built.is_dir() and _builds_here(built, kernel, fi):
-        return built
+    reused = _reuse(built, kernel, fi)
+    if reused is not None:
+        return reused
     where = hashlib.sha256(f"{fi.location}|{fi.python}".encode()).hexdigest()[:12]
     own = cache_root / "builds" / re.sub(r"[^A-Za-z0-9._-]+", "_", f"run-{fi.version}-{arch.name}-{where}")
     own.mkdir(parents=True, exist_ok=True)
