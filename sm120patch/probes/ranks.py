@@ -55,7 +55,13 @@ class Child:
     returncode: int | None = None
     killed: str = ""  # why we killed it ("timeout", "rank 0 failed"), "" if it ended by itself
     stderr_tail: str = ""
-    ended_s: float | None = None  # seconds after the start when it was seen to end
+    ended_s: float | None = None  # seconds after the start when it ended
+    error_s: float | None = None  # seconds after the start when it reported an error
+
+    @property
+    def failed_s(self) -> float:
+        """When it failed: the error line if it wrote one (its exit can lag behind a peer's), else its end."""
+        return self.error_s if self.error_s is not None else (self.ended_s or 0.0)
 
     @property
     def failed(self) -> bool:
@@ -102,14 +108,15 @@ class Run:
     def first_failure(self) -> Child | None:
         """The child whose failure came first and was not our doing (the cause, not the fallout)."""
         own = [c for c in self.children if c.failed and not c.killed]
-        return min(own, key=lambda c: c.ended_s or 0.0) if own else None
+        return min(own, key=lambda c: c.failed_s) if own else None
 
 
 class _Proc:
     """A child process and the threads that read its two pipes."""
 
-    def __init__(self, child: Child, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, child: Child, argv: list[str], env: dict[str, str], start: float) -> None:
         self.child = child
+        self.start = start
         self.err: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.proc = subprocess.Popen(
             argv,
@@ -150,6 +157,7 @@ class _Proc:
             elif "result" in msg:
                 self.child.result = msg["result"] if isinstance(msg["result"], dict) else {"value": msg["result"]}
             elif "error" in msg:
+                self.child.error_s = round(time.monotonic() - self.start, 3)
                 self.child.error = msg
                 self.child.phase = str(msg.get("phase") or self.child.phase)
                 if msg.get("case") is not None:
@@ -233,7 +241,7 @@ def _supervise(
     try:
         for child, argv, env in specs:
             try:
-                procs.append(_Proc(child, argv, env))
+                procs.append(_Proc(child, argv, env, start))
             except OSError as e:
                 child.error, child.returncode = {"error": f"cannot start {argv[0]}: {e}"}, 127
                 child.ended_s = 0.0
@@ -256,9 +264,7 @@ def _supervise(
                 for p in alive:
                     p.kill(f"no answer within {timeout:.0f} s")
             elif failed_at is not None and now - failed_at >= grace:
-                cause = min(
-                    (c for c, _, _ in specs if c.failed and c.ended_s is not None), key=lambda c: c.ended_s or 0
-                )
+                cause = min((c for c, _, _ in specs if c.failed and c.ended_s is not None), key=lambda c: c.failed_s)
                 for p in alive:
                     p.kill(f"{cause.name} failed {grace:.0f} s earlier")
             time.sleep(0.05)
