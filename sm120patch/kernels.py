@@ -16,7 +16,8 @@ from sm120patch.arch import Arch, parse_arch
 from sm120patch.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
 
-RUN_CHECKS = ("", "rmsnorm")
+# the run rung's numeric checks (sm120patch/probes/run.py: CHECKS), or "" for none
+RUN_CHECKS = ("", "rmsnorm", "allreduce_fusion", "fused_moe")
 # how the static rung reads the generator: its supported_major_versions (majors), a generator
 # FlashInfer deliberately builds for every arch (none), or only that the function exists (symbol)
 GATES = ("majors", "none", "symbol")

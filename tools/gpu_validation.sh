@@ -1,21 +1,46 @@
 #!/usr/bin/env bash
-# The GPU validation of docs/gpu-validation.md: preflight and the probe ladder on a real NVIDIA GPU.
-# Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable;
-# the wheels in .whl/ (see the doc) are installed into /tmp/site when present.
-# Writes everything it prints to ${OUT:-/tmp/gpu-validation}.
+# The GPU validation of docs/gpu-validation.md. Sections (default: ladder):
+#   ladder      preflight and the probe ladder on one GPU (2026-11-29)
+#   run-rung    the run rung on two GPUs of one arch: the allreduce fusion as FlashInfer ships it, then
+#               built from scratch copies with a fault put in (tools/inject_fault.py), and the
+#               fused-MoE check, whose cold JIT build runs in the background meanwhile
+#   moe-wait    wait (up to MOE_WAIT seconds) for that fused-MoE probe and report it
+# Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable; wheels in
+# $WHL (default .whl/ beside tools/, see the doc) are installed into /tmp/site first.
+# Writes what it prints to ${OUT:-/tmp/gpu-validation}.
 set -uo pipefail
+# NVLink multicast can take a shared host's GPUs out of service: off here and in every child
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu-validation}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 SM120PATCH_CACHE=/tmp/sm120patch-cache XDG_CACHE_HOME=/tmp/xdg
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+WHL=${WHL:-$HERE/../.whl}
+SECTION=${1:-ladder}
+VARIANTS=${VARIANTS:-stock empty-body big-cluster}  # run-rung: which FlashInfer builds to run
+MOE=${MOE:-1}  # run-rung: start the fused-MoE probe in the background (1) or not (0)
+export PYTHONUNBUFFERED=1
+if ls "$WHL"/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl || exit 1
+  touch /tmp/site/.installed
 fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 SM="python3 -m sm120patch"
+W=/tmp/sm120patch-run
 step() {
   echo; echo "### $*"; local t0; t0=$(date +%s%N); "$@"; local rc=$?
   echo "### rc=$rc elapsed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
 }
-{
+# the fused-MoE probe's build: objects compiled so far, of how many
+moe_progress() {
+  local ninja; ninja=$(ls "$W"/moe/cache/sm120patch/probes/builds/*/.cache/flashinfer/*/*/cached_ops/fused_moe_90/build.ninja 2>/dev/null | head -1)
+  if [ -z "$ninja" ]; then echo "fused_moe_90: no build.ninja yet"; return; fi
+  local dir; dir=$(dirname "$ninja")
+  echo "fused_moe_90: $(find "$dir" -name '*.o' | wc -l) of $(grep -c '^build .*\.o:' "$ninja") objects compiled," \
+       "$(( $(date +%s) - $(cat "$W"/moe/started) )) s after the probe started; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+# the arguments that point the probe at one variant of FlashInfer
+variant_args() { if [ "$1" = stock ]; then echo "--python python3"; else echo "--flashinfer $W/$1 --python python3"; fi; }
+
+ladder() {
   step nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv
   step nvcc --version
   step $SM preflight
@@ -30,4 +55,72 @@ step() {
   step $SM status --installed
   step $SM rollback --installed
   step $SM status --installed
-} 2>&1 | tee "$OUT/gpu-validation.log"
+}
+
+run_rung() {
+  step nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv
+  step nvidia-smi topo -m
+  echo; echo "### multicast off:"; env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)='
+  rm -rf "$W"; mkdir -p "$W"/moe "$W"/stock
+  # scratch copies of the installed FlashInfer, each with one fault (before anything writes into it)
+  for f in $VARIANTS; do
+    [ "$f" = stock ] && continue
+    mkdir -p "$W/$f" && cp -r /tmp/site/flashinfer "$W/$f"/ && step python3 "$HERE"/inject_fault.py "$f" "$W/$f/flashinfer"
+  done
+  # the fused-MoE probe in its own session, at lower priority: its cold build is ~180 CUDA files
+  date +%s > "$W"/moe/started
+  [ "$MOE" = 1 ] && (cd "$W"/moe && MAX_JOBS=${MOE_JOBS:-32} XDG_CACHE_HOME="$W"/moe/cache setsid nice -n 10 \
+     $SM probe flashinfer:cutlass_fused_moe_sm90 --arch sm_90 --probe run --python python3 --json \
+     > "$W"/moe/verdict.json 2> "$W"/moe/stderr.txt < /dev/null &)
+  # build rung for the three variants at once (and the norm module), then run them one at a time
+  echo; echo "### build rung: $VARIANTS (in parallel)"
+  local t0; t0=$(date +%s)
+  for v in $VARIANTS; do
+    mkdir -p "$W/$v"
+    # shellcheck disable=SC2046
+    XDG_CACHE_HOME="$W/$v/cache" $SM probe flashinfer:trtllm_comm --arch sm_90 --probe build $(variant_args $v) \
+      > "$W/$v/build.txt" 2>&1 &
+  done
+  XDG_CACHE_HOME="$W/stock/cache" $SM probe flashinfer:norm --arch sm_90 --probe build --python python3 \
+    > "$W/stock/norm-build.txt" 2>&1 &
+  wait_builds=$(jobs -p); wait $wait_builds
+  echo "### builds done in $(( $(date +%s) - t0 )) s"
+  for v in $VARIANTS; do echo "--- $v"; cat "$W/$v/build.txt"; done
+  cat "$W/stock/norm-build.txt"
+  moe_progress
+  for v in $VARIANTS; do
+    # shellcheck disable=SC2046
+    step env XDG_CACHE_HOME="$W/$v/cache" timeout 300 $SM probe flashinfer:trtllm_comm --arch sm_90 --probe run $(variant_args $v)
+    # the same question again: answered from the verdict cache, with the whole record
+    # shellcheck disable=SC2046
+    XDG_CACHE_HOME="$W/$v/cache" timeout 60 $SM probe flashinfer:trtllm_comm --arch sm_90 --probe run --json \
+      $(variant_args $v) > "$OUT/$v.json"
+    python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['verdicts'][0]; print('cached:', v['cached'], v['elapsed_s'], 's;', [(s['rung'], s['result']) for s in v['steps']])" "$OUT/$v.json"
+    moe_progress
+  done
+  step env XDG_CACHE_HOME="$W/stock/cache" timeout 300 $SM probe flashinfer:norm --arch sm_90 --probe run --python python3
+  XDG_CACHE_HOME="$W/stock/cache" $SM probe flashinfer:norm --arch sm_90 --probe run --python python3 --json > "$OUT/norm.json"
+  moe_progress
+}
+
+moe_wait() {
+  local deadline=$(( $(date +%s) + ${MOE_WAIT:-480} ))
+  while pgrep -f "probe flashinfer:cutlass_fused_moe_sm90" >/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+    moe_progress; sleep 60
+  done
+  moe_progress
+  if pgrep -f "probe flashinfer:cutlass_fused_moe_sm90" >/dev/null; then
+    echo "fused-MoE probe still running (build not finished)"
+  else
+    echo "fused-MoE probe finished:"; cat "$W"/moe/verdict.json
+  fi
+  cp "$W"/moe/verdict.json "$OUT"/moe.json 2>/dev/null
+  tail -c 4000 "$W"/moe/stderr.txt > "$OUT"/moe-stderr.txt 2>/dev/null
+}
+
+case "$SECTION" in
+  ladder) ladder 2>&1 | tee "$OUT/gpu-validation.log" ;;
+  run-rung) run_rung 2>&1 | tee "$OUT/gpu-run-rung.log" ;;
+  moe-wait) moe_wait 2>&1 | tee "$OUT/gpu-moe.log" ;;
+  *) echo "unknown section $SECTION: ladder, run-rung or moe-wait" >&2; exit 2 ;;
+esac

@@ -25,7 +25,7 @@ from sm120patch.probes.artifact import jit_module_files, scan_cubins, scan_paths
 from sm120patch.probes.build import check_build
 from sm120patch.probes.cache import ProbeCache, default_cache_dir
 from sm120patch.probes.evidence import changes, fingerprint
-from sm120patch.probes.run import check_run
+from sm120patch.probes.run import check_run, run_fingerprint
 from sm120patch.probes.spec import check_spec
 from sm120patch.probes.static import check_static
 from sm120patch.rungs import RESULTS, RUNGS, Step, rung_index
@@ -119,6 +119,7 @@ def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str
             "source": fi.source,
             "cubin": str(fi.cubin_dir),
             "jit_cache": str(fi.jit_cache_dir),
+            **({"run_check": run_fingerprint(kernel)} if level == "run" else {}),
         }
     )
 

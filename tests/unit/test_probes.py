@@ -245,8 +245,11 @@ def test_bad_level_and_missing_fi(tmp_path: Path) -> None:
 
 def test_run_rung_without_check_says_why(tmp_path: Path) -> None:
     fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]"))
-    v = probe_kernel(COMM, SM120, fi, "run", catalogue=load_kernels())
-    assert v.result == "pass" and "two or more GPUs" in v.reason
+    none = dataclasses.replace(load_kernels()[COMM], run="", run_unavailable="no GPUs of this kind to run it on")
+    v = probe_kernel(COMM, SM120, fi, "run", catalogue={COMM: none})
+    assert v.result == "pass" and v.rung == "static" and "no GPUs of this kind to run it on" in v.reason
+    v = probe_kernel(COMM, SM120, fi, "run", catalogue=load_kernels())  # a check, but no interpreter to run it
+    assert v.rung == "static" and "run: no Python interpreter" in v.reason
 
 
 def test_arch_list_values() -> None:

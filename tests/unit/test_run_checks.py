@@ -1,0 +1,101 @@
+"""The shipped check scripts' own arithmetic, on CPU under the spec venv's torch.
+
+The kernels need a GPU, but the references they are judged against do not: the fused-MoE
+reference must equal a token-by-token MoE, its NVFP4 decoding must invert the packing and the
+128x4 swizzled scale layout, and the harness's comparison must never let NaN pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+
+import pytest
+
+from sm120patch.probes.run import CHECKS_DIR
+from tests.integration.fi_releases import spec_venv
+
+SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    import torch
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    moe, harness = load("fused_moe"), load("harness")
+    torch.manual_seed(0)
+    out = {}
+
+    # the MoE reference against a token-by-token, slot-by-slot MoE
+    E, K, H, I, T = 4, 2, 32, 16, 9
+    x = torch.randn(T, H)
+    w31, w2 = torch.randn(E, 2 * I, H) / 4, torch.randn(E, H, I) / 4
+    weights, experts = moe._routing(torch.randn(T, E))
+    ref = moe._moe_reference(x, w31, w2, weights, experts)
+    naive = torch.zeros(T, H)
+    for t in range(T):
+        for s in range(K):
+            e = int(experts[t, s])
+            w3, w1 = w31[e, :I], w31[e, I:]
+            inter = torch.nn.functional.silu(w1 @ x[t]) * (w3 @ x[t])
+            naive[t] += weights[t, s] * (w2[e] @ inter)
+    out["moe_max_diff"] = float((ref - naive).abs().max())
+    out["weights_sum"] = float(weights.sum(-1).sub(1).abs().max())
+    out["top_k_distinct"] = bool((experts[:, 0] != experts[:, 1]).all())
+
+    # NVFP4: pack known e2m1 codes and e4m3 scales the documented way, decode with the check
+    M, N = 128, 64
+    codes = torch.randint(0, 16, (M, N))
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    scales = (torch.rand(M, N // 16) * 4 + 0.25).to(torch.float8_e4m3fn)
+    # linear [row, col] -> swizzled [row tile, col tile, row % 32, (row % 128) // 32, col % 4]
+    lin = scales.view(torch.uint8).reshape(M // 128, 4, 32, (N // 16) // 4, 4)
+    swz = lin.permute(0, 3, 2, 1, 4).contiguous().flatten()
+    gs = torch.tensor([2.0])
+    got = moe._dequant_fp4(packed, swz, gs)
+    table = torch.tensor(moe.E2M1)
+    vals = table[codes & 7] * torch.where((codes & 8) > 0, -1.0, 1.0)
+    want = vals * scales.float().repeat_interleave(16, dim=1) / 2.0
+    out["fp4_max_diff"] = float((got - want).abs().max())
+
+    # the harness's comparison: NaN is bad, shapes must match, the bound is elementwise
+    ctx = harness.Ctx("rank", {"devices": [0]})
+    r = torch.ones(4, 4)
+    out["cmp_ok"] = ctx.compare("same", r + 0.01, r, 0.05, 0.0)
+    bad = r.clone(); bad[0, 0] = float("nan")
+    out["cmp_nan"] = ctx.compare("nan", bad, r, 0.05, 0.0)
+    out["cmp_rel"] = ctx.compare("rel", r * 1.5, r, 0.0, 0.4)
+    out["cmp_shape"] = ctx.compare("shape", r[:2], r, 0.05, 0.0)
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    py = spec_venv()
+    p = subprocess.run([str(py), "-c", SCRIPT, str(CHECKS_DIR)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_moe_reference_is_a_plain_top_k_moe(results: dict) -> None:
+    assert results["moe_max_diff"] < 1e-4
+    assert results["weights_sum"] < 1e-6 and results["top_k_distinct"]
+
+
+def test_nvfp4_decoding_inverts_the_packing_and_the_swizzle(results: dict) -> None:
+    assert results["fp4_max_diff"] == 0.0
+
+
+def test_the_comparison_never_lets_nan_pass(results: dict) -> None:
+    assert results["cmp_ok"]["ok"] and results["cmp_ok"]["n_bad"] == 0
+    nan = results["cmp_nan"]
+    assert not nan["ok"] and nan["n_bad"] == 1 and nan["n_nonfinite"] == 1
+    assert not results["cmp_rel"]["ok"] and results["cmp_rel"]["n_bad"] == 16  # 0.5 > 0.4*|1|
+    assert not results["cmp_shape"]["ok"] and "shape" in results["cmp_shape"]["error"]
