@@ -422,7 +422,7 @@ def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tup
             title=r.title,
             why=r.why,
             status=EXPORTED if exported else p.status,
-            reason=p.reason,
+            reason=_portable_reason(p.reason, t),
             proof=seen[r.id].reason if r.id in seen else "",
             patch=None,
             patch_sha256=None,
@@ -469,6 +469,15 @@ def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tup
         recipes=entries,
     )
     return bundle, patches, plans
+
+
+def _portable_reason(reason: str, t: Target | None) -> str:
+    """A plan's reason names files from the tree's root (`python/sglang/...` in a clone); a
+    bundle names them from the package's parent, as its patches do, whatever the layout."""
+    if t is None or t.package_dir.parent == t.root:
+        return reason
+    prefix = t.package_dir.parent.relative_to(t.root).as_posix()
+    return reason.replace(f"{prefix}/{t.package}/", f"{t.package}/")
 
 
 def _body(entry: BundleRecipe, t: Target, run: Run, number: int, total: int, name: str) -> str:
