@@ -102,7 +102,8 @@ def export_cmd(
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    run = common.make_run(targets, archs, level, flashinfer, python)
+    # what this Python imports runs under this Python: the spec rung needs the interpreter
+    run = common.make_run(targets, archs, level, flashinfer, python or (sys.executable if installed else None))
     bundle, _ = export(targets, recipes, run, out, force=force)
     failed = [r for r in bundle.recipes if r.status in ("blocked", "failed", "stale")]
     if as_json:
@@ -152,6 +153,12 @@ def found_targets(
     return list(found.values())
 
 
+def probe_python(paths: Sequence[Path], python: str | None) -> str | None:
+    """--python; else, for the packages this Python imports (no PATH), this Python: the one
+    the server runs, which the spec rung needs to ask FlashInfer."""
+    return python or (None if paths else sys.executable)
+
+
 def bundle_archs(given: Sequence[str], bundle: Bundle) -> tuple[list[Arch], str]:
     """--arch; else the GPUs here; else (no GPU: an image build) the bundle's arch."""
     from sm120patch.arch import parse_arch
@@ -194,7 +201,7 @@ def apply_bundle(
     level = level_given(bundle.probe_level, level)
     with tempfile.TemporaryDirectory(prefix="sm120patch-bundle-") as tmp:
         recipes = as_recipes(bundle, Path(tmp))
-        run = common.make_run(found, archs, level, flashinfer, python)
+        run = common.make_run(found, archs, level, flashinfer, probe_python(paths, python))
         plans = apply_many(targets, recipes, run, force=force, commit=commit, wait_s=wait_s)
     complete = bool(plans) and all(p.status == APPLIED for p in plans)
     differ = bytes_match(bundle, targets) if complete else []
@@ -235,14 +242,15 @@ def preflight_bundle(
     from sm120patch.gatekeeper import resolve_flashinfer
 
     bundle = read(bundle_dir)
-    found = found_targets(bundle, [path] if path else [], python, flashinfer)
+    paths = [path] if path else []
+    found = found_targets(bundle, paths, python, flashinfer)
     targets = bundle_targets(bundle, found)
     archs, arch_note = resolve_archs(arch)
     problems: list[str] = []
     if arch_note not in ("--arch", "detected"):
         problems.append("no GPU detected on this node: nothing to check the kernels against (pass --arch to name one)")
     level = level_given(bundle.probe_level, level)
-    fi = resolve_flashinfer(found, flashinfer, python) if level != "none" else None
+    fi = resolve_flashinfer(found, flashinfer, probe_python(paths, python)) if level != "none" else None
     checks, version_problems = check_node(bundle, targets, archs, fi, level)
     problems = version_problems + problems
     ok = not problems and not any(c.state == MISMATCH for c in checks)
