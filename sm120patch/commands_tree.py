@@ -144,6 +144,8 @@ def apply_cmd(
             raise UserError(
                 "--bundle applies the bundle's own recipes: leave out --recipe, --recipes, --package, --allow-untested"
             )
+        if installed and paths:
+            raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
         code = apply_bundle(
             bundle_dir, paths, arch, level, flashinfer, python,
             force=force, commit=commit, wait_s=wait_s, show_diff=not no_diff, as_json=as_json,
