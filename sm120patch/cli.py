@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import click
 
 from sm120patch import __version__
+from sm120patch.commands_bundle import export_cmd
 from sm120patch.commands_info import preflight_cmd, probe_cmd, recipes_cmd
 from sm120patch.commands_tree import apply_cmd, clone_cmd, plan_cmd, rollback_cmd, status_cmd
 from sm120patch.commands_triage import diagnose_cmd, guard_cmd
@@ -54,6 +55,7 @@ for _command in (recipes_cmd, plan_cmd, apply_cmd, probe_cmd, preflight_cmd, rol
     cli.add_command(_command)
 cli.add_command(diagnose_cmd)
 cli.add_command(guard_cmd)
+cli.add_command(export_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

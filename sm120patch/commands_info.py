@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from sm120patch.cli_common import (
     probe_options,
     recipes_option,
 )
+from sm120patch.commands_bundle import bundle_option, preflight_bundle
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs, resolve_flashinfer
 from sm120patch.plan import BLOCKED, FAILED, STALE, UNTESTED
@@ -128,6 +130,18 @@ def probe_cmd(
 @probe_options("spec")
 @recipes_option
 @click.option("--no-torch", is_flag=True, help="Skip asking torch (in a subprocess) for its CUDA and arch list.")
+@bundle_option(
+    "Check this node against a bundle: the installed packages are its releases holding its patched bytes, "
+    "and each recipe it opened has its kernels for this node's GPUs on the FlashInfer imported here "
+    "(--flashinfer PATH: that tree). Probes at the bundle's rung unless --probe."
+)
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Also write the JSON report to FILE (e.g. a volume the server container reads).",
+)
 @json_option
 def preflight_cmd(
     path: Path | None,
@@ -138,6 +152,8 @@ def preflight_cmd(
     python: str | None,
     recipe_dir: Path | None,
     no_torch: bool,
+    bundle_dir: Path | None,
+    report_file: Path | None,
     as_json: bool,
 ) -> None:
     """What will sm120patch do on this box? GPUs, driver, CUDA, torch, the SGLang and
@@ -145,14 +161,31 @@ def preflight_cmd(
 
     PATH defaults to the SGLang installed for --python (or this interpreter). Works
     without a GPU: `sm120patch preflight --arch sm_120`.
+
+    \b
+    On a GPU node (an init container before the server starts):
+      sm120patch preflight --bundle /opt/sm120patch/bundle
+    exits 1, naming the recipe and the command that takes it back, when the node cannot
+    run what the image opened (another GPU, a swapped FlashInfer, bytes not the bundle's).
     """
     from sm120patch.preflight import preflight, render
+
+    if bundle_dir is not None:
+        if package or recipe_dir:
+            raise UserError("--bundle checks the bundle's recipes: leave out --package and --recipes")
+        code = preflight_bundle(
+            bundle_dir, path, arch, level, flashinfer, python, as_json=as_json, report_file=report_file
+        )
+        sys.exit(code)
 
     recipes = common.load_recipes(recipe_dir)
     targets = [installed_for(python, package or "sglang")] if path is None else discover(path, package)
     archs, arch_note = resolve_archs(arch)
     fi = resolve_flashinfer(targets, flashinfer, python)
     report = preflight(targets, recipes, archs, arch_note, fi, level, with_torch=not no_torch, python=python)
+    if report_file is not None:
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
     if as_json:
         emit_json(report)
     else:

@@ -20,6 +20,7 @@ from sm120patch.cli_common import (
     target_options,
     targets_for,
 )
+from sm120patch.commands_bundle import apply_bundle, bundle_option
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs
 
@@ -97,6 +98,11 @@ def plan_cmd(
     help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
 )
 @click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
+@bundle_option(
+    "Apply this bundle (`sm120patch export -o DIR`) instead of the catalogue: its patches, byte for byte, "
+    "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
+    "its releases or bytes are not the bundle's."
+)
 @json_option
 def apply_cmd(
     paths: tuple[Path, ...],
@@ -113,6 +119,7 @@ def apply_cmd(
     wait_s: float,
     allow_untested: bool,
     no_diff: bool,
+    bundle_dir: Path | None,
     as_json: bool,
 ) -> None:
     """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
@@ -125,8 +132,25 @@ def apply_cmd(
     the bytes even after a crash or a kill, and a later run notices when the FlashInfer
     under an applied recipe changed: it probes again and rolls back what lost its
     kernels (`reverted`, exit 1).
+
+    With --bundle DIR, the edits are the bundle's patches (an image build: `sm120patch
+    apply --bundle DIR --arch sm_120`, no GPU needed); `rollback` and `status` work as after
+    any apply.
     """
     from sm120patch.transaction import apply_many
+
+    if bundle_dir is not None:
+        if only or recipe_dir or allow_untested or package:
+            raise UserError(
+                "--bundle applies the bundle's own recipes: leave out --recipe, --recipes, --package, --allow-untested"
+            )
+        if installed and paths:
+            raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
+        code = apply_bundle(
+            bundle_dir, paths, arch, level, flashinfer, python,
+            force=force, commit=commit, wait_s=wait_s, show_diff=not no_diff, as_json=as_json,
+        )  # fmt: skip
+        sys.exit(code)
 
     recipes = common.load_recipes(recipe_dir)
     unknown = [i for i in only if i not in {r.id for r in recipes}]
