@@ -45,9 +45,12 @@ def resolve_flashinfer(targets: Sequence[Target], flashinfer: Path | None, pytho
 
     if flashinfer is not None:
         return flashinfer_env.from_tree(flashinfer, python=python)
+    on_path = {str(Path(x).resolve()) for x in sys.path if x}
     for t in targets:
         if t.package == "flashinfer":
-            return flashinfer_env.from_tree(t.package_dir, python=python)
+            # the copy this interpreter imports (--installed, our own site-packages) runs under it
+            mine = str(t.package_dir.parent.resolve()) in on_path
+            return flashinfer_env.from_tree(t.package_dir, python=python or (sys.executable if mine else None))
     for t in targets:
         if rec := recorded_flashinfer(t):
             recorded_python = rec.get("python") if rec.get("python") and Path(rec["python"]).exists() else None

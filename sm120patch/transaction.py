@@ -105,6 +105,27 @@ def _plan_flashinfer(
     return plans, after, proofs
 
 
+def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
+    """A FlashInfer recipe only counts once FlashInfer compiles the patched sources: name any
+    compiled copy of the module it would load instead (an AOT module, a JIT build that never
+    rebuilds), with the fix, in the recipe's reason (`fi_cache.py` says why each one shadows)."""
+    from sm120patch.fi_cache import cached_builds
+    from sm120patch.kernels import load_kernels
+
+    kernels = load_kernels()
+    for p in plans:
+        if p.status not in (APPLICABLE, "applied"):
+            continue
+        patched = [t.root / rel for rel in p.files]
+        for need in p.recipe.needs:
+            for module in kernels[need].jit_modules if need in kernels else ():
+                for b in cached_builds(t.package_dir, module, patched):
+                    if b.shadows:
+                        p.reason += (
+                            f"; WARNING: {b.path} would be used instead of the patched sources: {b.why}; {b.fix}"
+                        )
+
+
 def plan_many(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> list[RecipePlan]:
     """The dry run over every target, in order; nothing is written."""
     fi = run.fi
@@ -113,6 +134,7 @@ def plan_many(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) ->
         journal = Journal.open(t.root)
         if t.package == "flashinfer":
             plans, fi, _ = _plan_flashinfer(t, recipes, run, journal)
+            note_shadowing_builds(t, plans)
         else:
             plans = engine.make_plan(t, recipes, run.archs, run.probe(fi), allow_untested=run.allow_untested)
         out += plans
@@ -154,7 +176,9 @@ def apply_many(
                 stale = engine.take_back_stale(journal, t, recipes, run.archs, run.probe(_fi_of(t, run)))
                 plans, _, proofs = _plan_flashinfer(t, _only(recipes, only), run, journal)
                 _relocate(proofs, _fi_of(t, run))
-                engine.write_proven(journal, t, recipes, run.archs, plans, proofs, force=force, commit=commit)
+                todo = [p for p in plans if p.status == APPLICABLE]
+                engine.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
+                note_shadowing_builds(t, plans)
                 fi = _fi_of(t, run)  # now patched on disk: what the SGLang probes judge
                 fi_recipes[fi.location] = (t, [a["id"] for a in journal.applied if a.get("package") == t.package])
             else:

@@ -112,8 +112,25 @@ def test_apply_writes_flashinfer_first_and_records_the_dependent(tmp_path: Path,
     (ar,) = [a for a in Journal.open(sg).applied if a["id"] == AR]
     assert {v["evidence"]["flashinfer"]["location"] for v in ar["evidence"]["verdicts"]} == where
     # and they hold: a second run finds everything applied and writes nothing
+    journals = (Journal.open(fi).data, Journal.open(sg).data)
     again = {p.recipe.id: p.status for p in apply_many(both, recipes, run_for(both))}
     assert again == {FIX: APPLIED, AR: APPLIED}
+    assert [a["id"] for a in Journal.open(fi).applied] == [FIX]  # recorded once
+    assert (Journal.open(fi).data["applied"], Journal.open(sg).data["applied"]) == (
+        journals[0]["applied"],
+        journals[1]["applied"],
+    )
+
+
+def test_a_compiled_module_that_would_shadow_the_patch_is_named(tmp_path: Path, recipes: list) -> None:
+    """An AOT trtllm_comm beside FlashInfer is loaded before any JIT build: the patch would not run."""
+    sg, fi = trees(tmp_path)
+    aot = fi / "flashinfer" / "data" / "aot" / "trtllm_comm"
+    aot.mkdir(parents=True)
+    (aot / "trtllm_comm.so").write_bytes(b"\x7fELF")
+    both = discover(sg) + discover(fi)
+    plans = {p.recipe.id: p for p in plan_many(both, recipes, run_for(both))}
+    assert "WARNING" in plans[FIX].reason and "trtllm_comm.so" in plans[FIX].reason and "AOT" in plans[FIX].reason
 
 
 def test_rolling_back_the_flashinfer_tree_takes_its_dependent_first(tmp_path: Path, recipes: list) -> None:
