@@ -5,8 +5,7 @@ PY      = $(VENV)/bin/python
 CLI     = $(VENV)/bin/sm120patch
 DEMO   ?= demo
 DEMO_SGLANG ?= 0.5.9
-DEMO_FLASHINFER ?= 0.6.1
-DEMO_FLASHINFER_NEW ?= 0.6.17
+DEMO_FLASHINFER ?= 0.6.3
 
 .PHONY: venv test test-unit test-releases reliability lint demo docs bench triage-score clean
 
@@ -38,28 +37,30 @@ reliability: venv
 	$(PY) -m pytest -q -ra tests/reliability
 	$(PY) tools/reliability_report.py
 
-## demo: fetch SGLang $(DEMO_SGLANG) (a git clone's layout) and FlashInfer $(DEMO_FLASHINFER) from PyPI,
-## pre-flight for sm_120, show the dry-run diff, apply (the probe blocks the allreduce gate before writing it: that
-## FlashInfer has no SM12x kernels for it), show status, roll back, and show the tree pristine again.
+## demo: SGLang $(DEMO_SGLANG) (a git clone's layout) and the FlashInfer it pins, $(DEMO_FLASHINFER), from PyPI.
+## Pre-flight for sm_120 (no GPU here): the allreduce-fusion gate is blocked, that FlashInfer has no SM12x
+## kernels for it. Plan the pair: the FlashInfer backport recipe comes first, and the SGLang probe judges the
+## patched FlashInfer, so the gate can open. Apply the pair, show status, roll back the FlashInfer tree (which
+## takes the SGLang recipe proven on it back first), and show both trees byte-identical to the releases again.
 demo: venv
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	$(PY) tools/releases.py sglang $(DEMO_SGLANG) --layout git $(DEMO)/sglang
-	$(PY) tools/releases.py flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer-$(DEMO_FLASHINFER)
-	$(PY) tools/releases.py flashinfer $(DEMO_FLASHINFER_NEW) $(DEMO)/flashinfer-$(DEMO_FLASHINFER_NEW)
+	$(PY) tools/releases.py flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer
 	@echo; echo "== sm120patch recipes"; $(CLI) recipes
-	@echo; echo "== sm120patch preflight (no GPU here: --arch sm_120, FlashInfer $(DEMO_FLASHINFER))"
-	-$(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER) --no-torch
-	@echo; echo "== sm120patch plan: statuses and the dry-run diff (nothing written; exit 1: one recipe blocked)"
-	-$(CLI) plan $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER)
-	@echo; echo "== sm120patch apply against FlashInfer $(DEMO_FLASHINFER) (exit 1: the probe blocks one recipe before anything is written)"
-	-$(CLI) apply $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER) --no-diff
-	@echo; echo "== sm120patch apply against FlashInfer $(DEMO_FLASHINFER_NEW) (has SM12x trtllm_comm kernels)"
-	$(CLI) apply $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer-$(DEMO_FLASHINFER_NEW) --no-diff
-	@echo; echo "== sm120patch status"; $(CLI) status $(DEMO)/sglang
+	@echo; echo "== sm120patch preflight: SGLang $(DEMO_SGLANG) with its pinned FlashInfer $(DEMO_FLASHINFER) (exit 1: a gate is blocked)"
+	-$(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer --no-torch
+	@echo; echo "== sm120patch plan SGLANG FLASHINFER: the pair, statuses and the dry-run diff (nothing written;"
+	@echo "   exit 1: the b12x FP4 recipe stays blocked, FlashInfer $(DEMO_FLASHINFER) has no b12x kernels)"
+	-$(CLI) plan $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120
+	@echo; echo "== sm120patch apply SGLANG FLASHINFER: each recipe probed first, FlashInfer written first (exit 1: b12x)"
+	-$(CLI) apply $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120 --no-diff
+	@echo; echo "== sm120patch status"; $(CLI) status $(DEMO)/sglang $(DEMO)/flashinfer
 	@echo; echo "== git status of the patched clone"; git -C $(DEMO)/sglang status --short
-	@echo; echo "== sm120patch rollback"; $(CLI) rollback $(DEMO)/sglang
-	@echo; echo "== git status after rollback (empty = pristine)"; git -C $(DEMO)/sglang status --short --ignored
+	@echo; echo "== sm120patch rollback FLASHINFER (its dependents first)"; $(CLI) rollback $(DEMO)/flashinfer
+	@echo; echo "== sm120patch rollback SGLANG (the rest)"; $(CLI) rollback $(DEMO)/sglang
+	@echo; echo "== after rollback (empty = pristine)"; git -C $(DEMO)/sglang status --short --ignored
 	@test -z "$$(git -C $(DEMO)/sglang status --porcelain --ignored)" && echo "pristine: byte-identical to SGLang $(DEMO_SGLANG)"
+	@$(PY) tools/releases.py --same flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer
 
 ## docs: regenerate the tables in docs/ from real releases
 docs: venv

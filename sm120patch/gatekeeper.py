@@ -126,7 +126,12 @@ class RecipeProbe:
         weakest = min((v.rung for v in verdicts), key=rung_index)
         if recipe_passes(verdicts):
             short = [v for v in verdicts if v.short_of_asked]
-            note = f"; asked {self.level}: {short[0].reason}" if short else ""
+            above = [
+                st["reason"]
+                for st in (short[0].steps if short else [])
+                if st["result"] == "unknown" and rung_index(st["rung"]) > rung_index(short[0].rung)
+            ]
+            note = f" (asked {self.level}: {'; '.join(above)})" if short else ""
             return ProbeResult(True, f"kernels proven at the {weakest} rung{note}", weakest, self.level, dicts)
         bad = next(v for v in verdicts if v.result != "pass")
         word = "missing" if bad.result == "fail" else "not confirmed"

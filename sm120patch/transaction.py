@@ -212,7 +212,8 @@ def _record_dependents(
     plans: Sequence[RecipePlan],
     fi_recipes: dict[str, tuple[Target, list[str]]],
 ) -> None:
-    """Note, in the FlashInfer journal, each SGLang recipe just proven on its patched sources."""
+    """Note, in the FlashInfer journal, each SGLang recipe whose proof read files a FlashInfer recipe
+    of this run changed: it stands on that recipe, and goes when it goes."""
     journal = journals[t.root]
     for p in plans:
         entry = next((a for a in journal.applied if a["id"] == p.recipe.id and p.status == "applied"), None)
@@ -224,8 +225,13 @@ def _record_dependents(
                 continue
             fi_target, ids = fi_recipes[where]
             fi_journal = journals[fi_target.root]
+            read = set((v.get("evidence") or {}).get("files") or {})
             for a in fi_journal.applied:
-                if a["id"] in ids and a.get("package") == "flashinfer":
+                if a["id"] not in ids or a.get("package") != "flashinfer":
+                    continue
+                # a dependent read what the FlashInfer recipe changed (paths inside the package)
+                changed = {(fi_target.root / rel).relative_to(fi_target.package_dir).as_posix() for rel in a["files"]}
+                if read & changed:
                     deps = a.setdefault("dependents", [])
                     dep = {"root": str(t.root), "package": t.package, "id": p.recipe.id}
                     if dep not in deps:

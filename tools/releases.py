@@ -143,13 +143,36 @@ def copy_tree(package: str, version: str, dest: Path, layout: str = "wheel") -> 
     return dest
 
 
+def differences(package: str, version: str, tree: Path) -> list[str]:
+    """Files of `tree` that differ from the release, are missing or extra (journal folders aside)."""
+    import hashlib
+
+    def files(root: Path) -> dict[str, str]:
+        out = {}
+        for p in root.rglob("*"):
+            rel = p.relative_to(root)
+            if p.is_file() and rel.parts[0] not in (".complete", ".sm120patch", ".git"):
+                out[rel.as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+        return out
+
+    want, have = files(pristine(package, version)), files(tree)
+    return sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("package", choices=sorted(DIST))
     ap.add_argument("version")
     ap.add_argument("dest", type=Path)
     ap.add_argument("--layout", choices=["wheel", "git"], default="wheel")
+    ap.add_argument("--same", action="store_true", help="check DEST is byte-identical to the release (wheel layout)")
     a = ap.parse_args()
+    if a.same:
+        diff = differences(a.package, a.version, a.dest)
+        if diff:
+            sys.exit(f"{a.dest}: differs from {a.package} {a.version} in {len(diff)} files: {', '.join(diff[:5])}")
+        print(f"pristine: {a.dest} is byte-identical to {a.package} {a.version}")
+        return
     if a.dest.exists():
         sys.exit(f"{a.dest}: already exists; remove it or pick another folder")
     print(copy_tree(a.package, a.version, a.dest, a.layout))
