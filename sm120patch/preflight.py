@@ -46,21 +46,29 @@ def preflight(
 
     machine = detect(list(archs) if arch_source == "--arch" else None, python=python, with_torch=with_torch)
     probe = make_probe(archs, fi, level)
+    if any(t.package == "flashinfer" for t in targets):
+        # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
+        from sm120patch.transaction import Run, plan_many
+
+        by_pkg = {t.package: t for t in targets}
+        planned = plan_many(targets, recipes, Run(list(archs), fi, level, make_probe))
+        pairs = [(by_pkg[p.recipe.package], p) for p in planned]
+    else:
+        pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
     rows = []
-    for t in targets:
-        for p in _plans(t, recipes, archs, probe):
-            verdicts = p.probe
-            rows.append(
-                {
-                    "id": p.recipe.id,
-                    "package": p.recipe.package,
-                    "status": p.status,
-                    "reason": p.reason,
-                    "probe": verdicts,
-                    "rung": _rung(verdicts),
-                    "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id),
-                }
-            )
+    for t, p in pairs:
+        verdicts = p.probe
+        rows.append(
+            {
+                "id": p.recipe.id,
+                "package": p.recipe.package,
+                "status": p.status,
+                "reason": p.reason,
+                "probe": verdicts,
+                "rung": _rung(verdicts),
+                "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id),
+            }
+        )
     builds = {
         a.name: dict(zip(("ok", "why"), can_build_for(machine.cuda, a, family=a.major == 12), strict=True))
         for a in archs

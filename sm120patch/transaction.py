@@ -127,16 +127,22 @@ def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
 
 
 def plan_many(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> list[RecipePlan]:
-    """The dry run over every target, in order; nothing is written."""
-    fi = run.fi
+    """The dry run over every target, in order; nothing is written. New recipes are judged on
+    FlashInfer as the planned FlashInfer recipes would leave it; applied ones (stale or not) on
+    the FlashInfer on disk now, because that is what a server started now would run."""
+    fi = now = run.fi
     out: list[RecipePlan] = []
     for t in ordered(targets):
         journal = Journal.open(t.root)
         if t.package == "flashinfer":
             plans, fi, _ = _plan_flashinfer(t, recipes, run, journal)
+            now = _fi_of(t, run)
             note_shadowing_builds(t, plans)
         else:
-            plans = engine.make_plan(t, recipes, run.archs, run.probe(fi), allow_untested=run.allow_untested)
+            applied = engine.applied_reasons(journal, t)
+            plans = plan(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
+            engine.block_failing(plans, run.probe(fi))
+            engine.mark_stale(plans, journal, t, run.probe(now))
         out += plans
     return out
 

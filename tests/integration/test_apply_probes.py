@@ -140,16 +140,21 @@ def test_flashinfer_swapped_under_an_applied_tree_is_stale_and_apply_takes_it_ba
     row = {a["id"]: a for a in out["applied"]}[AR]
     assert row["rollback"] == hint and "0.6.17 -> 0.6.16" in row["recheck"]["reason"]
     assert "[9, 10]" in row["recheck"]["reason"]
-    r = _run("plan", str(site), "--arch", "sm_120", "--json")
+    r = _run("plan", str(site), "--package", "sglang", "--arch", "sm_120", "--json")
     assert r.returncode == 1
     ar = {x["id"]: x for x in json.loads(r.stdout)["recipes"]}[AR]
     assert ar["status"] == "stale" and hint in ar["reason"]
-    r = _run("preflight", str(site), "--arch", "sm_120", "--no-torch", "--probe", "static", "--json")
+    # the pair (this site-packages holds both): still stale now, and the backport would heal it
+    r = _run("plan", str(site), "--arch", "sm_120", "--json")
+    statuses = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert r.returncode == 1 and statuses[AR] == "stale" and statuses["flashinfer-trtllm-comm-sm120"] == "applicable"
+    args = ["--package", "sglang", "--arch", "sm_120", "--no-torch", "--probe", "static", "--json"]
+    r = _run("preflight", str(site), *args)
     assert r.returncode == 1
     assert {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}[AR] == "stale"
     assert _digest(communicator) != pristine  # nothing above wrote
 
-    r = _run("apply", str(site), "--arch", "sm_120", "--probe", "static", "--json")
+    r = _run("apply", str(site), "--package", "sglang", "--arch", "sm_120", "--probe", "static", "--json")
     assert r.returncode == 1
     ar = {x["id"]: x for x in json.loads(r.stdout)["recipes"]}[AR]
     assert ar["status"] == "reverted" and "0.6.17 -> 0.6.16" in ar["reason"]
