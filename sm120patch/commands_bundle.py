@@ -95,7 +95,7 @@ def export_cmd(
     The output is reproducible: the same releases, recipes and flags give the same bytes
     (dates come from $SOURCE_DATE_EPOCH, else 1970).
     """
-    from sm120patch.bundle import export
+    from sm120patch.bundle_export import export
 
     recipes = common.load_recipes(recipe_dir)
     targets = common.targets_for(paths, installed, package)
@@ -186,8 +186,8 @@ def apply_bundle(
     """`apply --bundle`: the bundle's patches through the journal and the probe, as `apply`."""
     import tempfile
 
-    from sm120patch.bundle import read
     from sm120patch.bundle_node import as_recipes, bundle_targets, bytes_match, check_for_apply
+    from sm120patch.bundle_read import read
     from sm120patch.plan import APPLIED
     from sm120patch.transaction import apply_many
 
@@ -237,8 +237,8 @@ def preflight_bundle(
     report_file: Path | None,
 ) -> int:
     """`preflight --bundle`: does this node hold the bundle's bytes, and run its kernels?"""
-    from sm120patch.bundle import read
     from sm120patch.bundle_node import MISMATCH, bundle_targets, check_node, file_states
+    from sm120patch.bundle_read import read
     from sm120patch.gatekeeper import resolve_flashinfer
 
     bundle = read(bundle_dir)
