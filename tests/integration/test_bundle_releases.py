@@ -30,10 +30,29 @@ AR = "sglang-allreduce-fusion-sm120"
 AUTOTUNE = "sglang-autotune-flashinfer-cutlass"
 GPTOSS = "sglang-gptoss-mxfp4-sm120"
 MOE = "sglang-moe-backend-sm120"
-# what the catalogue exports for sm_120 at the static rung (FlashInfer 0.6.3 gates trtllm_comm to [9, 10])
+FIX = "flashinfer-trtllm-comm-sm120"
+FP4 = "sglang-fp4-gemm-b12x-sm120"
+FRONTIER = [
+    "sglang-autotune-moe-guard-sm120",
+    "sglang-dsa-sparse-mla-sm120",
+    FP4,
+    "sglang-gdn-prefill-sm120",
+    "sglang-gptoss-trtllm-mha-sm120",
+    "sglang-pcie-ipc-allreduce-sm120",
+]
+# what the catalogue exports for sm_120 at the static rung. On 0.5.9 + 0.6.3 the FlashInfer backport
+# goes first (0.6.3 gates trtllm_comm to [9, 10]) and the allreduce fusion after it; FlashInfer 0.6.3
+# has no b12x kernels; the other frontier gates do not exist in 0.5.9. On 0.5.23 + 0.7.2 FlashInfer
+# needs no backport and the older SGLang recipes are upstream already.
 EXPECTED = {
-    ("0.5.9", "0.6.3"): ([AUTOTUNE, GPTOSS, MOE], {AR: "blocked"}),
-    ("0.5.23", "0.7.2"): ([AR], {AUTOTUNE: "satisfied", GPTOSS: "satisfied", MOE: "satisfied"}),
+    ("0.5.9", "0.6.3"): (
+        [FIX, AR, AUTOTUNE, GPTOSS, MOE],
+        {FP4: "blocked", **{r: "not-applicable" for r in FRONTIER if r != FP4}},
+    ),
+    ("0.5.23", "0.7.2"): (
+        [AR, *FRONTIER],
+        {FIX: "satisfied", AUTOTUNE: "satisfied", GPTOSS: "satisfied", MOE: "satisfied"},
+    ),
 }
 CASES = [(sg, fi, layout) for (sg, fi) in EXPECTED for layout in ("wheel", "git")]
 
@@ -108,14 +127,28 @@ def replace_text(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def apply_series_with(tool: list[str], bundle: Path, cwd: Path, stdin: bool = False) -> None:
+def apply_series_with(
+    tool: list[str],
+    bundle: Path,
+    where: dict[str, Path],
+    stdin: bool = False,
+    sglang_args: tuple[str, ...] | list[str] = (),
+    only: str | None = None,
+) -> None:
+    """Each patch of the series (of package `only`, if given), in order, from the folder that
+    holds its package (`where`); SGLang's in a clone get `sglang_args` (--directory=python)."""
+    recipes = json.loads((bundle / "manifest.json").read_text())["recipes"]
+    package = {x["patch"]: x["package"] for x in recipes if x.get("patch")}
     for name in (bundle / "series").read_text().split():
-        patch = bundle / name
+        patch, pkg = bundle / name, package[name]
+        if only and pkg != only:
+            continue
+        args = [*tool, *(sglang_args if pkg == "sglang" else ())]
         if stdin:
             with patch.open("rb") as f:
-                r = subprocess.run(tool, stdin=f, cwd=cwd, capture_output=True, timeout=120)
+                r = subprocess.run(args, stdin=f, cwd=where[pkg], capture_output=True, timeout=120)
         else:
-            r = subprocess.run([*tool, str(patch)], cwd=cwd, capture_output=True, timeout=120)
+            r = subprocess.run([*args, str(patch)], cwd=where[pkg], capture_output=True, timeout=120)
         assert r.returncode == 0, (name, r.stdout, r.stderr)
 
 
@@ -149,21 +182,25 @@ def test_bundle_on_real_releases(tmp_path: Path, sglang: str, fi: str, layout: s
     # git apply of the series, from the folder that holds the package, on another fresh copy
     by_git = fresh(tmp_path, "by-git", sglang, fi, layout)
     if layout == "git":  # inside a clone: from its root, with --directory (git apply in python/ would skip)
-        apply_series_with(["git", "apply", "--directory=python"], bundle, by_git.root)
+        where = {"sglang": by_git.root, "flashinfer": by_git.fi}
+        apply_series_with(["git", "apply"], bundle, where, sglang_args=["--directory=python"])
         assert by_git.hashes() == expected
-        by_am = fresh(tmp_path, "by-am", sglang, fi, layout)  # git am: one commit per recipe
+        by_am = fresh(tmp_path, "by-am", sglang, fi, layout)  # git am: one commit per SGLang recipe
+        sg_series = [p for p in series if "-sglang-" in p]
+        apply_series_with(["git", "apply"], bundle, {"flashinfer": by_am.fi}, only="flashinfer")
         am = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--directory=python"]
-        r = subprocess.run([*am, *[str(bundle / p) for p in series]], cwd=by_am.root, capture_output=True, text=True)
+        r = subprocess.run([*am, *[str(bundle / p) for p in sg_series]], cwd=by_am.root, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert by_am.hashes() == expected
         log = subprocess.run(["git", "log", "--format=%s"], cwd=by_am.root, capture_output=True, text=True).stdout
-        assert len(log.splitlines()) == 1 + len(series)
+        assert len(log.splitlines()) == 1 + len(sg_series)
     else:
-        apply_series_with(["git", "apply"], bundle, by_git.sglang_parent)
+        apply_series_with(["git", "apply"], bundle, {"sglang": by_git.sglang_parent, "flashinfer": by_git.fi})
         assert by_git.hashes() == expected
     if shutil.which("patch"):
         by_patch = fresh(tmp_path, "by-patch", sglang, fi, layout)
-        apply_series_with(["patch", "-p1", "--quiet", "--no-backup-if-mismatch"], bundle, by_patch.sglang_parent, True)
+        tool = ["patch", "-p1", "--quiet", "--no-backup-if-mismatch"]
+        apply_series_with(tool, bundle, {"sglang": by_patch.sglang_parent, "flashinfer": by_patch.fi}, True)
         assert by_patch.hashes() == expected
 
     # apply --bundle goes through the journal and the probe; rollback gives the release back
@@ -232,7 +269,7 @@ def test_the_node_check_fails_when_a_file_the_proof_read_is_edited(tmp_path: Pat
         assert checks[rid]["state"] == "mismatch", checks[rid]
         assert "changed since the probe: jit/fused_moe.py" in checks[rid]["reason"]
         assert checks[rid]["rollback"] == f"sm120patch rollback {node.root.resolve()} --recipe {rid}"
-    assert checks[GPTOSS]["state"] == "ok" and checks[AR]["state"] == "not-exported"
+    assert checks[GPTOSS]["state"] == "ok" and checks[AR]["state"] == "ok" and checks[FP4]["state"] == "not-exported"
     # another GPU: the recipes are for SM12x
     r = sm("preflight", "--bundle", bundle, node.root, "--arch", "sm_100", "--json")
     assert r.returncode == 1 and all(
