@@ -115,10 +115,13 @@ def state_dir_for(root: Path) -> Path:
 
 
 def _safe_rel(rel: Any) -> bool:
-    """A journal path: relative, POSIX, inside the tree."""
+    """A journal path: relative, POSIX, inside the tree, and a name any filesystem can hold
+    (no part over 255 bytes: a hand-edited journal must not turn into an OS error later)."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
         return False
     p = PurePosixPath(rel)
+    if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in p.parts) or len(rel) > 4000:
+        return False
     return not p.is_absolute() and ".." not in p.parts and p.parts[0] not in (".", DIRNAME)
 
 

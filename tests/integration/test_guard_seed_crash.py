@@ -47,7 +47,8 @@ def test_guard_rolls_back_allreduce_and_relaunches(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     applied = set(Journal.open(tree).applied_ids())
-    assert "sglang-allreduce-fusion-sm120" in applied and len(applied) == 4
+    said = {x.split()[1] for x in r.stdout.splitlines() if x.strip().startswith("applied ")}
+    assert "sglang-allreduce-fusion-sm120" in applied and applied == said and len(applied) > 1
 
     server = tmp_path / "server.py"
     server.write_text(FAKE_SERVER)

@@ -668,3 +668,16 @@ def test_killed_during_the_probe_leaves_the_old_tree(site: Path, tmp_path: Path)
     assert snapshot(site) == pristine
     j = Journal.open(target_at(site).root)
     assert j.applied == [] and not j.data.get("pending")
+
+
+def test_a_journal_path_no_filesystem_can_hold_is_a_damaged_journal(site: Path) -> None:
+    """Found by the journal fuzzer: a 300-character file name in `pending` ended in an OSError
+    (exit 3); it is a damaged journal (exit 2, one line), refused before any file is touched."""
+    t = target_at(site)
+    engine.apply(t, RECIPES, ARCH)
+    path = Journal.open(t.root).dir / "journal.json"
+    data = json.loads(path.read_text())
+    data["pending"] = {"started": 0, "writes": {"x" * 300: {"before": "0" * 64, "after": "1" * 64}}}
+    path.write_text(json.dumps(data))
+    with pytest.raises(JournalError, match="damaged journal"):
+        engine.rollback(t, RECIPES)
