@@ -21,6 +21,7 @@ import pytest
 
 from sm120patch.arch import parse_arch
 from sm120patch.device import can_build_for, find_cuda
+from tests.conftest import fetch_or_skip
 from tests.integration.fi_releases import spec_venv, unpacked
 from tools.releases import cache_dir
 
@@ -78,3 +79,67 @@ def test_flashinfer_0_6_17_passes_the_build_rung(tmp_path: Path) -> None:
     assert code == 0
     assert "none with an empty body" in v["reason"] and v["evidence"]["build"]["empty"] == []
     assert v["evidence"]["build"]["kernels"] > 900
+
+
+def backported(version: str, dest: Path) -> Path:
+    """A copy of FlashInfer `version` with the flashinfer-trtllm-comm-sm120 recipe applied (as a user
+    would: `sm120patch apply`), its probe skipped so the build rung below is what judges it."""
+    tree = fetch_or_skip("flashinfer", version, dest)
+    r = subprocess.run(
+        [*CLI, "apply", str(tree), "--arch", "sm_120", "--probe", "none", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    statuses = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert statuses == {"flashinfer-trtllm-comm-sm120": "applied"}, r.stderr
+    return tree
+
+
+def rewrite(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert text.count(old) >= count, f"{old!r} not in {path}"
+    path.unlink()  # a file the cache shares by hard link is never written in place
+    path.write_text(text.replace(old, new, count))
+
+
+@needs_nvcc
+def test_the_backport_on_0_6_16_passes_the_build_rung(tmp_path: Path) -> None:
+    code, out = probe_build(backported("0.6.16", tmp_path / "fi"))
+    (v,) = out["verdicts"]
+    assert (v["result"], v["rung"]) == ("pass", "build"), v["reason"]
+    assert code == 0 and v["evidence"]["build"]["empty"] == []
+    assert "5 source check(s) hold" in v["steps"][0]["reason"]
+
+
+@needs_nvcc
+def test_a_backport_that_leaves_one_guard_behind_fails(tmp_path: Path) -> None:
+    """One of the 13 `< 1200` clauses back, on the Lamport kernel's body: the build rung sees empty
+    bodies in the cubin, the static rung the guard in the source."""
+    tree = backported("0.6.16", tmp_path / "fi")
+    header = tree / "flashinfer/data/include/flashinfer/comm/trtllm_allreduce.cuh"
+    body = "lamport_style_one_shot_all_reduce_norm_kernel(AllReduceParams<T> params) {\n"
+    rewrite(
+        header,
+        body + "#if (defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))",
+        body + "#if (defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200))",
+    )
+    code, out = probe_build(tree)
+    (v,) = out["verdicts"]
+    assert code == 1 and (v["result"], v["rung"]) == ("fail", "build"), v["reason"]
+    assert "lamport_style_one_shot_all_reduce_norm_kernel instantiations have an empty body" in v["reason"]
+    assert "__CUDA_ARCH__ < 1200" in v["reason"]
+
+
+def test_a_backport_that_leaves_the_cluster_of_8_behind_fails(tmp_path: Path) -> None:
+    """The fusion launcher SGLang calls, as 0.6.16 ships it (a fixed cluster of 8), in an otherwise
+    backported tree: the static rung's source check fails it, no compiler needed."""
+    tree = backported("0.6.16", tmp_path / "fi")
+    rel = "flashinfer/data/include/flashinfer/comm/trtllm_allreduce_fusion.cuh"
+    (tree / rel).unlink()
+    (tree / rel).write_bytes((unpacked("flashinfer-python", "0.6.16") / rel).read_bytes())
+    args = ["probe", "flashinfer:trtllm_comm", "--arch", "sm_120", "--probe-level", "static", "--flashinfer", str(tree)]
+    r = subprocess.run([*CLI, *args, "--json"], capture_output=True, text=True, timeout=120)
+    (v,) = json.loads(r.stdout)["verdicts"]
+    assert r.returncode == 1 and v["result"] == "fail"
+    assert "trtllm_allreduce_fusion.cuh" in v["reason"] and "cluster of 8" in v["reason"]

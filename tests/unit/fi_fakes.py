@@ -37,10 +37,12 @@ CLAMPED = "int launch() {\n  int max_cluster = GetMaxClusterSize(kernel_ptr, 128
 FIXED_8 = "int launch() {\n  int cluster_size;\n  cluster_size = 8;\n  return cluster_size;\n}\n"
 STRIDE_OK = "void set(P& p, int i) { p.lamport_peer_comm_buffer_ptrs[i + MAX_RANKS_PER_NODE] = q; }\n"
 STRIDE_BAD = "void set(P& p, int i, int tp_size) { p.lamport_peer_comm_buffer_ptrs[i + tp_size] = q; }\n"
+GUARD_OPEN = "#if (defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))\n#endif\n"
+GUARD_SHUT = "#if (defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200))\n#endif\n"
 HOST_FILES = {
     "data/include/flashinfer/comm/trtllm_allreduce_fusion.cuh": (CLAMPED, FIXED_8),
     "data/include/flashinfer/comm/trtllm_moe_allreduce_fusion.cuh": (CLAMPED, FIXED_8),
-    "data/include/flashinfer/comm/trtllm_allreduce.cuh": (CLAMPED, FIXED_8),
+    "data/include/flashinfer/comm/trtllm_allreduce.cuh": (CLAMPED + GUARD_OPEN, FIXED_8 + GUARD_SHUT),
     "data/csrc/trtllm_allreduce.cu": (STRIDE_OK, STRIDE_BAD),
 }
 

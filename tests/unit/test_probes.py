@@ -94,7 +94,7 @@ def test_gate_none_and_symbol_are_declared_in_the_catalogue(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("host", "result", "words"),
     [
-        ("fixed", "pass", ["4 source check(s) hold"]),
+        ("fixed", "pass", ["5 source check(s) hold"]),
         ("broken", "fail", ["cluster of 8", "PR 3903", "stride"]),
         ("absent", "unknown", ["not found; cannot check"]),
     ],
