@@ -290,7 +290,12 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
     transform = TRANSFORMS[edit.transform](edit.params, edit.functions)
     idx = ws.index
     needles = transform.needles()
-    for paths in (idx.containing(needles, idx.hints(edit.files)), None):
+    # an optional edit (a part some releases lack) looks in its hinted files only: a package
+    # scan to confirm each absence would cost more than the rest of the plan on a large tree
+    searches = [idx.containing(needles, idx.hints(edit.files))]
+    if not (edit.optional and edit.files):
+        searches.append(None)
+    for paths in searches:
         if paths is None:  # hints found nothing: search the package
             hinted = set(idx.hints(edit.files))
             paths = [p for p in idx.containing(needles) if p not in hinted]
