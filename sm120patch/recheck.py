@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sm120patch.probes.evidence import changes
-
 if TYPE_CHECKING:
     from sm120patch.gatekeeper import ProbeResult, RecipeProbe
     from sm120patch.recipes import Recipe
@@ -42,6 +40,8 @@ def recheck(entry: dict[str, Any], recipe: Recipe | None, probe: RecipeProbe | N
         return Recheck(True, False, reason="applied with --probe none: no proof to re-check")
     verdicts = (evidence or {}).get("verdicts") or []
     if verdicts:
+        from sm120patch.probes.evidence import changes  # late: `plan --probe none` never needs the probes
+
         changed = list(dict.fromkeys(c for v in verdicts for c in changes(v.get("evidence") or {}, probe.fi)))
         if not changed:
             fi = (verdicts[0].get("evidence") or {}).get("flashinfer") or {}
