@@ -239,9 +239,10 @@ def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.Mon
     assert changed == _summary(plan(target, recipes, sm120)) and calls[0] == 5
     assert statuses() == changed and calls[0] == 5
 
-    # the package gains a file that an edit not found in its hints searches for
-    (tree / "sglang" / "srt" / "layers" / "comm_backends.py").write_text(
-        "def _resolve_backend(self):\n    if _is_sm90_supported or _is_sm100_supported:\n        return 1\n"
+    # the package gains a file that a required edit not found in its hints searches for
+    # (the FP4 recipe's `fp4_gemm`, which this fake tree does not have where the recipe looks)
+    (tree / "sglang" / "srt" / "layers" / "fp4_moved.py").write_text(
+        "def fp4_gemm(x, backend):\n    return flashinfer_fp4_gemm(x, backend=backend)\n"
     )
     again = statuses()
     assert calls[0] == 6 and again != changed
@@ -271,3 +272,15 @@ def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.Mon
     _bump(server_args, server_args.read_text().replace("fp8", "fp9"))  # same size, other bytes
     statuses()
     assert calls[0] == before + 2
+
+
+def test_an_optional_edit_looks_in_its_hinted_files_only(tree: Path) -> None:
+    """The allreduce backend resolver (optional) outside its hinted file is not searched for:
+    a package scan per absent optional part would cost more than the rest of the plan."""
+    (tree / "sglang" / "srt" / "layers" / "comm_backends.py").write_text(
+        "def _resolve_backend(self):\n    if _is_sm90_supported or _is_sm100_supported:\n        return 1\n"
+    )
+    (target,) = discover(tree)
+    (p,) = [p for p in plan(target, load_recipes(), parse_arch("sm_120")) if p.recipe.id == ALLREDUCE]
+    assert {e.name: e.outcome for e in p.edits}["backend-resolver"] == "missing"
+    assert "sglang/srt/layers/comm_backends.py" not in p.files
