@@ -222,7 +222,7 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         f"is {fa[small]:.2f} s, about {imp:.2f} s of it importing libcst and the rest parsing and regenerating "
         "those files. `plan` does that work once and adds: `compile()` of every rewritten file (the check that "
         "a rewrite still compiles), the transforms' own look at the functions they edit, a byte search of the "
-        "package when an optional edit is not in its hinted files (one pass per plan for every edit's "
+        "package when a required edit is not in its hinted files (optional edits stay in theirs) (one pass per plan for every edit's "
         "needles), the unified diff, recipe loading and the CLI's start. `apply` is `plan` plus the journal "
         "and the writes; `rollback` and `status` parse nothing.",
         "",
