@@ -5,6 +5,8 @@
 #               built from scratch copies with a fault put in (tools/inject_fault.py), and the
 #               fused-MoE check, whose cold JIT build runs in the background meanwhile
 #   moe-wait    wait (up to MOE_WAIT seconds) for that fused-MoE probe and report it
+#   moe-run     the fused-MoE check alone on one GPU: the run rung only (tools/run_only.py), its
+#               cold JIT build in its own session at full speed, then moe-wait
 # Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable; wheels in
 # $WHL (default .whl/ beside tools/, see the doc) are installed into /tmp/site first.
 # Writes what it prints to ${OUT:-/tmp/gpu-validation}.
@@ -103,13 +105,21 @@ run_rung() {
   moe_progress
 }
 
+moe_run() {
+  mkdir -p "$W"/moe; date +%s > "$W"/moe/started
+  (cd "$W"/moe && MAX_JOBS=${MOE_JOBS:-$(nproc)} XDG_CACHE_HOME="$W"/moe/cache setsid \
+     python3 "$HERE"/run_only.py flashinfer:cutlass_fused_moe_sm90 sm_90 \
+     > "$W"/moe/verdict.json 2> "$W"/moe/stderr.txt < /dev/null &)
+  sleep 5; moe_wait
+}
+
 moe_wait() {
   local deadline=$(( $(date +%s) + ${MOE_WAIT:-480} ))
-  while pgrep -f "probe flashinfer:cutlass_fused_moe_sm90" >/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+  while pgrep -f "flashinfer:cutlass_fused_moe_sm90" >/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
     moe_progress; sleep 60
   done
   moe_progress
-  if pgrep -f "probe flashinfer:cutlass_fused_moe_sm90" >/dev/null; then
+  if pgrep -f "flashinfer:cutlass_fused_moe_sm90" >/dev/null; then
     echo "fused-MoE probe still running (build not finished)"
   else
     echo "fused-MoE probe finished:"; cat "$W"/moe/verdict.json
@@ -122,5 +132,6 @@ case "$SECTION" in
   ladder) ladder 2>&1 | tee "$OUT/gpu-validation.log" ;;
   run-rung) run_rung 2>&1 | tee "$OUT/gpu-run-rung.log" ;;
   moe-wait) moe_wait 2>&1 | tee "$OUT/gpu-moe.log" ;;
-  *) echo "unknown section $SECTION: ladder, run-rung or moe-wait" >&2; exit 2 ;;
+  moe-run) moe_run 2>&1 | tee "$OUT/gpu-moe.log" ;;
+  *) echo "unknown section $SECTION: ladder, run-rung, moe-wait or moe-run" >&2; exit 2 ;;
 esac

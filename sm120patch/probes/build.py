@@ -41,7 +41,7 @@ from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
 from sm120patch.probes.evidence import file_sha
 from sm120patch.probes.spec import NO_ARCH
-from sm120patch.probes.subproc import child_env, run_script
+from sm120patch.probes.subproc import child_env, own_dir, run_script
 from sm120patch.rungs import Step
 
 TIMEOUT_S = 3600.0  # per translation unit
@@ -106,8 +106,8 @@ class Findings:
 def _units(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cuda: CudaToolkit, family: bool) -> Step | list[Unit]:
     assert fi.python is not None
     sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
-    with tempfile.TemporaryDirectory(prefix="sm120patch-build-") as ws:
-        env = child_env(arch, sys_path, ws, family)
+    with own_dir("build") as ws:
+        env = child_env(arch, sys_path, str(ws), family)
         if cuda.home:
             env["CUDA_HOME"] = cuda.home
         args = [kernel.module, kernel.generator, json.dumps(dict(kernel.generator_kwargs))]

@@ -2,8 +2,8 @@
 
 The tool never imports torch: it starts `checks/harness.py` with the server's Python, one
 process per rank, each in its own session so that a timeout kills it with everything it
-spawned (nvcc, ninja). Ranks meet through a file store in a private temp folder (no port to
-race for). Each child prints JSON lines; the last `phase` a child named says where it was
+spawned (nvcc, ninja). Ranks meet through a file store in a private folder of the run's
+workspace (no port to race for). Each child prints JSON lines; the last `phase` a child named says where it was
 when it died or hung. When one rank fails, the others get `grace` seconds to report their
 own view before they are killed: a peer blocked in a collective would otherwise wait forever.
 Every child's environment forbids NVLink multicast (NO_MULTICAST), which on a shared host
@@ -18,13 +18,14 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sm120patch.probes.subproc import own_dir
 
 HARNESS = Path(__file__).resolve().parent / "checks" / "harness.py"
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -297,10 +298,12 @@ def run_ranks(
     env: Mapping[str, str],
     timeout: float,
     grace: float = GRACE_S,
+    scratch: Path | None = None,
 ) -> Run:
-    """`world_size` ranks of the check, one process each, meeting through a file store."""
-    with tempfile.TemporaryDirectory(prefix="sm120patch-ranks-") as tmp:
-        store = Path(tmp) / "store"
+    """`world_size` ranks of the check, one process each, meeting through a file store
+    (in `scratch` when given, see `subproc.own_dir`)."""
+    with own_dir("ranks", scratch) as tmp:
+        store = tmp / "store"
         specs = []
         for rank in range(world_size):
             e = child_environment(env)

@@ -120,7 +120,9 @@ def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, t
     assert prep.children[0].result is not None  # judge_prepare stops otherwise
     args["devices"] = prep.children[0].result["matching"][: check.world_size]
     _say(f"run: {check.name} on {arch.name}: {check.world_size} rank(s) on GPU(s) {args['devices']}")
-    run = ranks.run_ranks(fi.python, path, args, check.world_size, env, max(budget - prep.elapsed_s, 1.0))
+    run = ranks.run_ranks(
+        fi.python, path, args, check.world_size, env, max(budget - prep.elapsed_s, 1.0), scratch=ws / "rendezvous"
+    )
     step = judge_ranks(check, arch, prep, run)
     step.reason += origin
     step.evidence["run"].update(

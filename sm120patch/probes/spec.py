@@ -9,12 +9,11 @@ raises FlashInfer's own "No supported CUDA architectures found for major version
 from __future__ import annotations
 
 import json
-import tempfile
 
 from sm120patch.arch import Arch
 from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
-from sm120patch.probes.subproc import child_env, run_script
+from sm120patch.probes.subproc import child_env, own_dir, run_script
 from sm120patch.rungs import Step
 
 TIMEOUT_S = 120.0
@@ -50,8 +49,8 @@ def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = T
     if not fi.python:
         return Step("unknown", "spec: no Python interpreter to run this FlashInfer tree under")
     sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
-    with tempfile.TemporaryDirectory(prefix="sm120patch-spec-") as ws:
-        env = child_env(arch, sys_path, ws)
+    with own_dir("spec") as ws:
+        env = child_env(arch, sys_path, str(ws))
         args = [kernel.module, kernel.generator, json.dumps(dict(kernel.generator_kwargs))]
         res = run_script(fi.python, SCRIPT, args, env, timeout)
     where = f"{kernel.module}.{kernel.generator}() with FLASHINFER_CUDA_ARCH_LIST={env['FLASHINFER_CUDA_ARCH_LIST']}"

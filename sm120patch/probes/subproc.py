@@ -10,13 +10,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from sm120patch.arch import Arch
+from sm120patch.probes.cache import default_cache_dir
 
 
 @dataclass
@@ -26,6 +31,41 @@ class ChildResult:
     stderr_tail: str
     elapsed_s: float
     timed_out: bool = False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def own_dir(prefix: str, under: Path | None = None) -> Iterator[Path]:
+    """A private scratch folder for one probe step, removed afterwards.
+
+    It lives under `under` (default: the probe cache's `scratch/`) and is named for this
+    process, so a probe killed before it could clean up (SIGKILL, an unhandled SIGTERM)
+    leaves its folder where the next probe finds it and removes it, instead of in the
+    system temp. Where that folder cannot be made, the system temp is used.
+    """
+    base = under if under is not None else default_cache_dir() / "scratch"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for old in base.glob(f"{prefix}-*-*"):
+            pid = old.name[len(prefix) + 1 :].split("-")[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=base))
+    except OSError:
+        tmp = Path(tempfile.mkdtemp(prefix=f"sm120patch-{prefix}-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def arch_list_value(arch: Arch, cuda_at_least_12_9: bool = True) -> str:

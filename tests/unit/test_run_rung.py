@@ -227,7 +227,8 @@ def test_sigterm_to_the_probe_takes_its_ranks_down(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from sm120patch.probes import ranks\n"
         f"env = {{**os.environ, 'PLAIN_RUN': 'hang', 'PLAIN_PIDFILE': {str(tmp_path / 'pids')!r}}}\n"
-        f"ranks.run_ranks(sys.executable, Path({str(PLAIN)!r}), {{'devices': [0, 1]}}, 2, env, 600.0)\n"
+        f"ranks.run_ranks(sys.executable, Path({str(PLAIN)!r}), {{'devices': [0, 1]}}, 2, env, 600.0,\n"
+        f"                scratch=Path({str(tmp_path / 'scratch')!r}))\n"
     )
     root = str(Path(__file__).resolve().parents[2])
     probe = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": root})
@@ -241,6 +242,13 @@ def test_sigterm_to_the_probe_takes_its_ranks_down(tmp_path: Path) -> None:
     while time.monotonic() < end and not (_gone(rank_pid) and _gone(grandchild)):
         time.sleep(0.05)
     assert _gone(rank_pid) and _gone(grandchild)
+    # the killed probe could not remove its rendezvous folder; the next run in that workspace does
+    left = sorted(p.name for p in (tmp_path / "scratch").iterdir())
+    assert left and all(n.startswith(f"ranks-{probe.pid}-") for n in left)
+    env = {**os.environ, "PLAIN_RUN": "stdout-noise", "PLAIN_PIDFILE": str(tmp_path / "pids2")}
+    run = ranks.run_ranks(sys.executable, PLAIN, {"devices": [0, 1]}, 2, env, 60.0, scratch=tmp_path / "scratch")
+    assert [c.how for c in run.children] == ["finished", "finished"]
+    assert list((tmp_path / "scratch").iterdir()) == []
 
 
 # ---------------------------------------------------------------- the whole rung: gloo on CPU

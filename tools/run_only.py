@@ -1,0 +1,34 @@
+"""The run rung alone, for the GPU validation: `python3 run_only.py KERNEL ARCH`.
+
+`sm120patch probe --probe run` climbs every rung first; for the CUTLASS fused-MoE module the
+build rung alone compiles ~180 CUDA files to cubins, then the run rung builds the loadable
+module (another ~180). On a lent GPU with 30 minutes that is one build too many, so this
+asks only the run rung, exactly as the ladder would (same check, workspace and judgement),
+and prints its Step as JSON. The cubin reading it skips is covered by the build-rung tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from sm120patch.arch import parse_arch
+from sm120patch.flashinfer_env import from_python
+from sm120patch.kernels import get_kernel
+from sm120patch.probes.cache import default_cache_dir
+from sm120patch.probes.run import check_run
+
+
+def main(argv: list[str]) -> int:
+    kernel, arch = get_kernel(argv[0]), parse_arch(argv[1])
+    fi = from_python(sys.executable)
+    t0 = time.monotonic()
+    step = check_run(kernel, arch, fi, default_cache_dir())
+    out = {**step.to_dict("run"), "evidence": step.evidence, "elapsed_s": round(time.monotonic() - t0, 1)}
+    print(json.dumps(out, indent=1, default=str))
+    return 0 if step.result == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
