@@ -16,20 +16,18 @@ flashinfer-python 0.5.0 ... 0.7.4 (`JitSpec.build_and_load`):
    module without SM12x code after comm.py is patched. And without ninja's dependency log
    (`.ninja_deps`) a changed header is not seen at all.
 
-`set_aside` moves such a build out of FlashInfer's way (it then rebuilds from the current
-sources); `put_back` undoes it on rollback.
+The fix each finding gives is a command for the user to run: the caches live outside the
+trees sm120patch patches, and sm120patch never writes outside them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from sm120patch.errors import UserError
 
 ASIDE = ".sm120patch-aside"
 
@@ -90,6 +88,12 @@ def _aot_candidates(package_dir: Path, module: str, jit_cache_dir: Path | None) 
     return [d / module / f"{module}.so" for d in dirs]
 
 
+def _move_aside(path: Path) -> str:
+    """The commands that move a cached build out of FlashInfer's way, and back after a rollback."""
+    here, aside = shlex.quote(str(path)), shlex.quote(str(path) + ASIDE)
+    return f"`mv {here} {aside}` (after a rollback: `rm -rf {here} && mv {aside} {here}`)"
+
+
 def _aot(so: Path) -> CachedBuild:
     return CachedBuild(
         so,
@@ -97,7 +101,7 @@ def _aot(so: Path) -> CachedBuild:
         True,
         "FlashInfer loads an AOT module before any JIT build and never compares it with the sources "
         "(jit/core.py, JitSpec.build_and_load: `if self.is_aot`)",
-        "move it aside (FlashInfer then JIT-builds the patched sources) and put it back on rollback, "
+        f"move it aside so FlashInfer JIT-builds the patched sources: {_move_aside(so)}; "
         "or uninstall flashinfer-jit-cache",
     )
 
@@ -106,7 +110,7 @@ def _jit(build_dir: Path, module: str, major: int, keeps_ninja: bool, newest: in
     so, ninja = build_dir / f"{module}.so", build_dir / "build.ninja"
     if not so.is_file() and not ninja.is_file():
         return None
-    fix = "move the folder aside so FlashInfer rebuilds it from the patched sources; put it back on rollback"
+    fix = f"move the folder aside so FlashInfer rebuilds it from the patched sources: {_move_aside(build_dir)}"
     if ninja.is_file() and keeps_ninja and not _has_gencode(ninja, major):
         why = (
             f"build.ninja has no compute_{major}x gencode (written while the gate left SM{major}x out), and this "
@@ -151,27 +155,3 @@ def _targets_major(arch_dir: str, major: int) -> bool:
         if digits and len(digits.group()) >= 2 and int(digits.group()[:-1]) == major:
             return True
     return False
-
-
-def set_aside(path: Path) -> Path:
-    """Rename a cached build to `<name>.sm120patch-aside`, so FlashInfer builds from the sources; returns
-    the new path, which `put_back` takes."""
-    dest = path.with_name(path.name + ASIDE)
-    if dest.exists():
-        raise UserError(f"{dest}: already exists; put it back with rollback, or remove it, then try again")
-    os.rename(path, dest)
-    return dest
-
-
-def put_back(aside: Path) -> Path:
-    """Undo `set_aside`. A build FlashInfer made meanwhile at the original place came from the patched
-    sources and must not outlive them: it is removed first."""
-    if not aside.name.endswith(ASIDE) or len(aside.name) == len(ASIDE):
-        raise UserError(f"{aside}: not a folder or file sm120patch set aside (no {ASIDE} suffix)")
-    original = aside.with_name(aside.name[: -len(ASIDE)])
-    if original.is_dir() and not original.is_symlink():
-        shutil.rmtree(original)
-    elif original.exists() or original.is_symlink():
-        original.unlink()
-    os.rename(aside, original)
-    return original

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,30 @@ def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
     a = [(p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))]
     b = [(p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))]
     assert a == b and a[0][0] == APPLICABLE
+
+
+def test_plan_names_a_cached_build_that_would_shadow_the_patch(tmp_path: Path) -> None:
+    """A trtllm_comm JIT build left from before the patch (its build.ninja lacks SM12x, and 0.6.1 never
+    rewrites it) is named in the plan with the command that moves it aside; after that, no warning."""
+    tree = fetch_or_skip("flashinfer", "0.6.1", tmp_path / "tree")
+    home = tmp_path / "home"
+    build = home / ".cache" / "flashinfer" / "0.6.1" / "120f" / "cached_ops" / "trtllm_comm"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("cuda_cflags = -gencode=arch=compute_90a,code=sm_90a\n")
+    (build / "trtllm_comm.so").write_bytes(b"\x7fELF")
+    (build / ".ninja_deps").write_bytes(b"")
+    env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(home)}
+
+    def plan_text() -> str:
+        argv = ["plan", str(tree), "--arch", "sm_120", "--probe", "none", "--no-diff"]
+        out = subprocess.run([sys.executable, "-m", "sm120patch", *argv], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    text = plan_text()
+    assert f"WARNING: {build} would be used instead of the patched sources" in text
+    assert "build.ninja has no compute_12x gencode" in text
+    mv = text.split("`")[3]  # the first backquoted span is FlashInfer's own `if not self.is_ninja_generated`
+    assert mv.startswith("mv ") and mv.endswith(".sm120patch-aside")
+    subprocess.run(mv, shell=True, check=True)
+    assert "WARNING" not in plan_text() and not build.exists()

@@ -7,12 +7,12 @@ write build.ninja only when it is missing; 0.6.11.post1+ rewrite it on every bui
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from sm120patch.errors import UserError
-from sm120patch.fi_cache import ASIDE, cached_builds, put_back, set_aside
+from sm120patch.fi_cache import ASIDE, cached_builds
 
 KEEPS = "def build(self):\n    if not self.is_ninja_generated:\n        self.write_ninja()\n"
 REWRITES = "def build(self):\n    self.write_ninja()\n"
@@ -134,23 +134,16 @@ def test_version_read_from_the_tree_or_given(tmp_path: Path) -> None:
     assert cached_builds(pkg, "trtllm_comm", [header], workspace_base=tmp_path / "home", version="0.6.3") == []
 
 
-def test_set_aside_and_put_back_round_trip(tmp_path: Path) -> None:
-    d = jit_build(tmp_path / "home", "120f")
-    before = sorted(p.name for p in d.iterdir())
-    aside = set_aside(d)
-    assert aside.name == "trtllm_comm" + ASIDE and not d.exists()
-    d.mkdir()  # FlashInfer rebuilt it from the patched sources meanwhile
-    (d / "trtllm_comm.so").write_bytes(b"patched build")
-    assert put_back(aside) == d and sorted(p.name for p in d.iterdir()) == before and not aside.exists()
-
-
-def test_set_aside_a_file_and_refusals(tmp_path: Path) -> None:
-    so = tmp_path / "trtllm_comm.so"
-    so.write_bytes(b"aot")
-    aside = set_aside(so)
-    so.write_bytes(b"again")
-    with pytest.raises(UserError, match="already exists"):
-        set_aside(so)
-    assert put_back(aside) == so and so.read_bytes() == b"aot"
-    with pytest.raises(UserError, match="no .sm120patch-aside suffix"):
-        put_back(so)
+def test_the_fix_is_a_command_that_moves_the_build_aside_and_back(tmp_path: Path) -> None:
+    pkg, header = flashinfer(tmp_path / "a b")  # a space: the paths must come quoted
+    d = jit_build(tmp_path / "a b" / "home", "90a_120f", ninja=NINJA_9_10)
+    (found,) = cached_builds(pkg, "trtllm_comm", [header], workspace_base=tmp_path / "a b" / "home")
+    assert found.shadows and found.path == d
+    mv = found.fix.split("`")[1]
+    assert mv == f"mv '{d}' '{d}{ASIDE}'"
+    subprocess.run(mv, shell=True, check=True)
+    assert not d.exists() and (d.parent / (d.name + ASIDE)).is_dir()
+    assert cached_builds(pkg, "trtllm_comm", [header], workspace_base=tmp_path / "a b" / "home") == []
+    back = found.fix.split("`")[3]
+    subprocess.run(back, shell=True, check=True)
+    assert d.is_dir() and not (d.parent / (d.name + ASIDE)).exists()
