@@ -14,6 +14,7 @@ import sys
 import time
 
 from sm120patch.arch import parse_arch
+from sm120patch.errors import UserError
 from sm120patch.flashinfer_env import from_python
 from sm120patch.kernels import get_kernel
 from sm120patch.probes.cache import default_cache_dir
@@ -21,7 +22,14 @@ from sm120patch.probes.run import check_run
 
 
 def main(argv: list[str]) -> int:
-    kernel, arch = get_kernel(argv[0]), parse_arch(argv[1])
+    if len(argv) != 2:
+        print("usage: python3 run_only.py KERNEL ARCH  (e.g. flashinfer:cutlass_fused_moe_sm90 sm_90)", file=sys.stderr)
+        return 2
+    try:
+        kernel, arch = get_kernel(argv[0]), parse_arch(argv[1])
+    except UserError as e:
+        print(f"run_only.py: {e}", file=sys.stderr)
+        return 2
     fi = from_python(sys.executable)
     t0 = time.monotonic()
     step = check_run(kernel, arch, fi, default_cache_dir())

@@ -3,8 +3,8 @@
 The tool never imports torch: it starts `checks/harness.py` with the server's Python, one
 process per rank, each in its own session so that a timeout kills it with everything it
 spawned (nvcc, ninja). Ranks meet through a file store in a private folder of the run's
-workspace (no port to race for). Each child prints JSON lines; the last `phase` a child named says where it was
-when it died or hung. When one rank fails, the others get `grace` seconds to report their
+workspace (no port to race for). Each child prints JSON lines; the last `phase` a child
+named says where it was when it died or hung. When one rank fails, the others get `grace` seconds to report their
 own view before they are killed: a peer blocked in a collective would otherwise wait forever.
 Every child's environment forbids NVLink multicast (NO_MULTICAST), which on a shared host
 can take every GPU out of service.
