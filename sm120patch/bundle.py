@@ -27,13 +27,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sm120patch import __version__
 from sm120patch.errors import UserError
-
-if TYPE_CHECKING:
-    pass
 
 FORMAT = "sm120patch-bundle"
 SCHEMA = 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -197,12 +198,22 @@ def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tup
 
 
 def _portable_reason(reason: str, t: Target | None) -> str:
-    """A plan's reason names files from the tree's root (`python/sglang/...` in a clone); a
-    bundle names them from the package's parent, as its patches do, whatever the layout."""
+    """A plan's reason names files from the tree's root (`python/sglang/...` in a clone, `srt/...`
+    when PATH is the package folder); a bundle names them from the package's parent, as its
+    patches do, whatever the layout."""
     if t is None or t.package_dir.parent == t.root:
         return reason
+    if t.package_dir == t.root:  # PATH was the package folder: prefix each path of a file in it
+
+        def prefixed(m: re.Match[str]) -> str:
+            return f"{t.package}/{m[1]}" if (t.package_dir / m[1]).is_file() else m[1]
+
+        return _PATH_TOKEN.sub(prefixed, reason)
     prefix = t.package_dir.parent.relative_to(t.root).as_posix()
     return reason.replace(f"{prefix}/{t.package}/", f"{t.package}/")
+
+
+_PATH_TOKEN = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+)")
 
 
 def _body(entry: BundleRecipe, t: Target, run: Run, number: int, total: int, name: str) -> str:

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
-
-from sm120patch.errors import UserError
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from sm120patch.bundle import (
     _PATCH_NAME,
@@ -27,6 +22,8 @@ from sm120patch.bundle import (
     FileChange,
     sha256,
 )
+from sm120patch.errors import UserError
+from sm120patch.status import ALL, APPLICABLE
 
 # --- reading: strict ---------------------------------------------------------------------------
 
@@ -61,7 +58,8 @@ _RECIPE: dict[str, Any] = {
     "evidence": (dict, type(None)),
 }
 _FILE: dict[str, Any] = {"path": str, "before": str, "after": str}
-_STATUSES = {EXPORTED, "blocked", "satisfied", "not-applicable", "failed", "stale", "reverted", "applied"}
+# every status a plan can give a recipe, except applicable: an applicable recipe is exported
+_STATUSES = {EXPORTED, *ALL} - {APPLICABLE}
 
 
 def _fail(path: Path, key: str, problem: str, fix: str) -> BundleError:

@@ -1,7 +1,8 @@
 """The `sm120patch` command: a thin click group over plain functions.
 
-One module per group of commands (commands_tree, commands_info, commands_triage);
-what they share lives in cli_common. Exit codes (stable, documented in README):
+One module per group of commands (commands_tree, commands_info, commands_triage,
+commands_bundle), imported only when one of its commands runs; what they share lives in
+cli_common. Exit codes (stable, documented in README):
   0  done, including "nothing to do"
   1  a recipe failed, was blocked by its probe, or was reverted
   2  bad input or usage; nothing was written
@@ -11,6 +12,7 @@ what they share lives in cli_common. Exit codes (stable, documented in README):
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -18,16 +20,56 @@ from collections.abc import Sequence
 import click
 
 from sm120patch import __version__
-from sm120patch.commands_bundle import export_cmd
-from sm120patch.commands_info import preflight_cmd, probe_cmd, recipes_cmd
-from sm120patch.commands_tree import apply_cmd, clone_cmd, plan_cmd, rollback_cmd, status_cmd
-from sm120patch.commands_triage import diagnose_cmd, guard_cmd
 from sm120patch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 
 EXIT_INTERNAL = 3
 
+# The command table, in pip's manner: name -> (module:attribute, one-line summary). A command's
+# module is imported only when that command runs, so `sm120patch --help` imports click alone.
+# The summary is what `--help` lists (click would cut the docstring's first sentence off).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "recipes": (
+        "sm120patch.commands_info:recipes_cmd",
+        "The recipe catalogue: what each opens, for which releases, why.",
+    ),
+    "preflight": (
+        "sm120patch.commands_info:preflight_cmd",
+        "This box: GPUs, CUDA, torch, SGLang, FlashInfer, verdicts.",
+    ),
+    "plan": ("sm120patch.commands_tree:plan_cmd", "Dry run: each recipe's status on PATH and its diff."),
+    "apply": ("sm120patch.commands_tree:apply_cmd", "Probe each recipe, then journal and write what was proven."),
+    "status": ("sm120patch.commands_tree:status_cmd", "What is applied to PATH, what changed since, proofs."),
+    "rollback": ("sm120patch.commands_tree:rollback_cmd", "Restore the original bytes (all, or --recipe ID)."),
+    "probe": ("sm120patch.commands_info:probe_cmd", "Climb the probe ladder for kernels, for an arch."),
+    "clone": ("sm120patch.commands_tree:clone_cmd", "Make a fresh git clone of a release to patch."),
+    "export": ("sm120patch.commands_bundle:export_cmd", "Write what apply would do as a bundle of git patches."),
+    "diagnose": ("sm120patch.commands_triage:diagnose_cmd", "Name the cause of a server crash from its log."),
+    "guard": ("sm120patch.commands_triage:guard_cmd", "Run a server; roll back the recipe that crashes it."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module only when the command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        where, summary = COMMANDS[cmd_name]
+        module, attr = where.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        command.short_help = command.short_help or summary
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the table's summaries without importing a single command module."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="sm120patch")
 def cli() -> None:
     """Open SGLang/FlashInfer fast paths that are gated to SM90/SM100 on SM120/SM121 GPUs
@@ -38,7 +80,7 @@ def cli() -> None:
     Typical session:
       sm120patch recipes                      what can be opened, and why
       sm120patch plan ~/src/sglang            dry run: statuses and diffs, nothing written
-      sm120patch apply ~/src/sglang           write, probe, revert what the probe rejects
+      sm120patch apply ~/src/sglang           probe, then write what the probe proved
       sm120patch status ~/src/sglang          what is applied, what changed since
       sm120patch rollback ~/src/sglang        restore the original bytes
 
@@ -46,16 +88,10 @@ def cli() -> None:
     (sglang/), or the package folder itself; --installed finds the copy Python imports.
 
     \b
-    Exit codes: 0 done (also "nothing to do"), 1 a recipe failed, was blocked or
-    reverted, 2 bad input or usage (nothing written), 3 internal error, 130 Ctrl-C.
+    Exit codes: 0 done (also "nothing to do"), 1 a recipe failed, was blocked,
+    untested, stale or reverted, 2 bad input or usage (nothing written),
+    3 internal error, 130 Ctrl-C.
     """
-
-
-for _command in (recipes_cmd, plan_cmd, apply_cmd, probe_cmd, preflight_cmd, rollback_cmd, status_cmd, clone_cmd):
-    cli.add_command(_command)
-cli.add_command(diagnose_cmd)
-cli.add_command(guard_cmd)
-cli.add_command(export_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

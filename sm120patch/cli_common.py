@@ -18,7 +18,7 @@ import click
 from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_flashinfer
-from sm120patch.plan import BLOCKED, FAILED, REVERTED, STALE, UNTESTED
+from sm120patch.status import COLOUR, fails
 from sm120patch.targets import discover, installed
 
 if TYPE_CHECKING:
@@ -27,17 +27,6 @@ if TYPE_CHECKING:
     from sm120patch.targets import Target
     from sm120patch.transaction import Run
 
-_STATUS_COLOUR = {
-    "applicable": "yellow",
-    "satisfied": "green",
-    "not-applicable": "bright_black",
-    "blocked": "red",
-    "applied": "cyan",
-    "reverted": "magenta",
-    "failed": "red",
-    "stale": "red",
-    "untested": "yellow",
-}
 
 
 def load_recipes(directory: Path | None = None) -> list[Recipe]:
@@ -168,7 +157,7 @@ def report(
         for p in plans:
             status = f"{p.status:<14}"
             if colour:
-                status = click.style(status, fg=_STATUS_COLOUR.get(p.status))
+                status = click.style(status, fg=COLOUR.get(p.status))
             click.echo(f"  {status} {p.recipe.id:<{width}}  {p.reason}")
         if show_diff:
             from sm120patch.diffs import colour as paint
@@ -178,7 +167,7 @@ def report(
                 if d:
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
-    return EXIT_FAILED if any(p.status in (FAILED, BLOCKED, REVERTED, STALE, UNTESTED) for p in plans) else EXIT_OK
+    return EXIT_FAILED if any(fails(p.status) for p in plans) else EXIT_OK
 
 
 def make_run(

@@ -18,6 +18,7 @@ from sm120patch import cli_common as common
 from sm120patch.cli_common import arch_option, emit_json, json_option, probe_options, recipes_option, target_options
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs
+from sm120patch.status import fails
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
@@ -57,6 +58,11 @@ def level_given(default_from_bundle: str, level: str) -> str:
     help="Folder to write the bundle into (absent or empty).",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier bundle in DIR.")
+@click.option(
+    "--allow-untested",
+    is_flag=True,
+    help="Export recipes on a release newer than any they were tested on (as `apply --allow-untested`).",
+)
 @json_option
 def export_cmd(
     paths: tuple[Path, ...],
@@ -69,6 +75,7 @@ def export_cmd(
     recipe_dir: Path | None,
     out: Path,
     force: bool,
+    allow_untested: bool,
     as_json: bool,
 ) -> None:
     """Write what `apply` would do to PATH as a bundle of patches anyone can apply with git,
@@ -91,7 +98,8 @@ def export_cmd(
       sm120patch apply --bundle bundle                       (journaled, probed, rollback works)
       sm120patch preflight --bundle bundle                   (on each GPU node)
 
-    Exit 1 when a recipe was blocked by its probe (the bundle is written without it).
+    Exit 1 when a recipe was blocked by its probe, or is untested on a release newer than its
+    tests (the bundle is written without it; --allow-untested exports it).
     The output is reproducible: the same releases, recipes and flags give the same bytes
     (dates come from $SOURCE_DATE_EPOCH, else 1970).
     """
@@ -103,9 +111,11 @@ def export_cmd(
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     # what this Python imports runs under this Python: the spec rung needs the interpreter
-    run = common.make_run(targets, archs, level, flashinfer, python or (sys.executable if installed else None))
+    run = common.make_run(
+        targets, archs, level, flashinfer, python or (sys.executable if installed else None), allow_untested
+    )
     bundle, _ = export(targets, recipes, run, out, force=force)
-    failed = [r for r in bundle.recipes if r.status in ("blocked", "failed", "stale")]
+    failed = [r for r in bundle.recipes if fails(r.status)]
     if as_json:
         emit_json({"bundle": str(bundle.dir), **bundle.to_dict()})
     else:

@@ -21,7 +21,7 @@ from sm120patch.cli_common import (
 from sm120patch.commands_bundle import bundle_option, preflight_bundle
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs, resolve_flashinfer
-from sm120patch.plan import BLOCKED, FAILED, STALE, UNTESTED
+from sm120patch.status import fails
 from sm120patch.targets import discover
 
 if TYPE_CHECKING:
@@ -190,5 +190,5 @@ def preflight_cmd(
         emit_json(report)
     else:
         click.echo(render(report))
-    blocked = any(r["status"] in (BLOCKED, FAILED, STALE, UNTESTED) for r in report["recipes"])
+    blocked = any(fails(r["status"]) for r in report["recipes"])
     sys.exit(EXIT_FAILED if blocked else EXIT_OK)

@@ -22,15 +22,17 @@ if TYPE_CHECKING:  # the CLI imports this module at start: what planning needs l
     from sm120patch.recipes import Edit, Recipe
     from sm120patch.targets import Target
 
-APPLICABLE = "applicable"
-SATISFIED = "satisfied"
-NOT_APPLICABLE = "not-applicable"
-BLOCKED = "blocked"
-APPLIED = "applied"
-REVERTED = "reverted"
-STALE = "stale"  # applied, but the kernels its probe proved are gone from the FlashInfer now in front of it
-FAILED = "failed"  # an edit could not be made safely (rewritten code did not compile, ...)
-UNTESTED = "untested"  # the gate is there, but the release is newer than any the recipe was tested on
+from sm120patch.status import (  # noqa: F401 (the vocabulary, re-exported for the plan's users)
+    APPLICABLE,
+    APPLIED,
+    BLOCKED,
+    FAILED,
+    NOT_APPLICABLE,
+    REVERTED,
+    SATISFIED,
+    STALE,
+    UNTESTED,
+)
 
 
 @dataclass

@@ -165,9 +165,6 @@ def arm_code(module: cst.Module, stmt: cst.CSTNode) -> str:
     return module.code_for_node(stmt)
 
 
-# --- regenerating only what changed ----------------------------------------------------------
-
-
 # --- expressions a recipe writes (wrap-expression, add-condition) ------------------------------------------
 
 

@@ -497,3 +497,36 @@ def test_preflight_bundle_checks_the_gpus_it_detects(sm, bundle: Path, tmp_path:
     monkeypatch.setattr(device, "detect", lambda *a, **k: _machine())
     r = sm("preflight", "--bundle", bundle, node, "--json")
     assert r.code == 1 and any("no GPU detected" in p for p in r.json()["problems"])
+
+
+# --- issue 21: export of an untested release, of the package folder itself ----------------------
+
+
+def test_export_of_an_untested_release_fails_and_its_bundle_still_reads(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """A tree newer than every recipe's `tested` list: as `apply`, exit 1 and the recipes listed as
+    untested (not exported); the manifest must still be one the bundle reader accepts."""
+    site = make_site(tmp_path / "site", sglang="0.5.24")
+    r = export(sm, site, tmp_path / "bundle")
+    assert r.code == 1, r.err
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    untested = [x["id"] for x in manifest["recipes"] if x["status"] == "untested"]
+    assert untested and all(x["patch"] is None for x in manifest["recipes"] if x["status"] == "untested")
+    b = read(tmp_path / "bundle")  # raised "unknown status 'untested'" before
+    assert {x.id for x in b.recipes if x.status == "untested"} == set(untested)
+    node = sm("preflight", "--bundle", tmp_path / "bundle", site, "--arch", "sm_120")
+    assert node.code in (0, 1) and "unknown status" not in node.err, node.err
+    # --allow-untested exports them, as apply would write them
+    r = export(sm, site, tmp_path / "bundle2", "--allow-untested")
+    assert r.code == 0, r.err
+    assert set(untested) <= {x.id for x in read(tmp_path / "bundle2").exported}
+
+
+def test_export_of_the_package_folder_itself(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """PATH may be the package folder (`site/sglang`), as for plan: the bundle is the site's."""
+    site = make_site(tmp_path / "site")
+    from_site = export(sm, site / "sglang", tmp_path / "b-pkg")
+    assert from_site.code == 0, from_site.err  # exit 3 before (a path made relative to a folder below it)
+    whole = export(sm, site, tmp_path / "b-site", "--package", "sglang")
+    assert whole.code == 0, whole.err
+    for name in read(tmp_path / "b-site").series:
+        assert (tmp_path / "b-pkg" / name).read_bytes() == (tmp_path / "b-site" / name).read_bytes()

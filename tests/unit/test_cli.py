@@ -98,10 +98,11 @@ def site(tmp_path: Path) -> Path:
 
 
 def test_help_for_every_command(sm) -> None:  # noqa: ANN001
-    assert set(cli.commands) >= CORE_COMMANDS
+    names = cli.list_commands(click.Context(cli))
+    assert set(names) >= CORE_COMMANDS
     top = sm("--help")
     assert top.code == 0 and "Usage: sm120patch" in top.out and "Exit codes" in top.out
-    for name in sorted(cli.commands):
+    for name in names:
         r = sm(name, "--help")
         assert r.code == 0 and f"Usage: sm120patch {name}" in r.out, name
         assert r.err == ""
@@ -421,3 +422,23 @@ def test_a_release_newer_than_the_tests_is_untested_until_allowed(sm, tmp_path: 
     now = {x["id"]: x["status"] for x in r.json()["recipes"]}
     assert {i: now[i] for i in untested} == dict.fromkeys(untested, "applied")
     assert sm("rollback", root).code == 0 and snapshot(root) == pristine
+
+
+def test_top_help_imports_no_command_module_and_lists_whole_summaries() -> None:
+    """pip's lazy command table: `--help` lists each command from the table, imports none of
+    their modules, and no summary is cut off with '...'."""
+    code = (
+        "import sys; from sm120patch.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sm120patch.commands')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+    listing = r.stdout.split("Commands:")[1]
+    assert "..." not in listing and all(name in listing for name in CORE_COMMANDS)
+
+
+def test_an_unknown_command_is_a_usage_error(sm) -> None:  # noqa: ANN001
+    r = sm("aply", "x")
+    assert r.code == 2 and "No such command" in r.err
