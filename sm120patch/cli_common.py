@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from sm120patch.transaction import Run
 
 
-
 def load_recipes(directory: Path | None = None) -> list[Recipe]:
     """`recipes.load_recipes`, imported on first use (packaging, tomllib and the transforms)."""
     from sm120patch.recipes import load_recipes as load
