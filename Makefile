@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 CLI     = $(VENV)/bin/sm120patch
+STEP    = tools/demo_step.sh
 DEMO   ?= demo
 DEMO_SGLANG ?= 0.5.9
 DEMO_FLASHINFER ?= 0.6.3
@@ -46,21 +47,24 @@ demo: venv
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	$(PY) tools/releases.py sglang $(DEMO_SGLANG) --layout git $(DEMO)/sglang
 	$(PY) tools/releases.py flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer
-	@echo; echo "== sm120patch recipes"; $(CLI) recipes
-	@echo; echo "== sm120patch preflight: SGLang $(DEMO_SGLANG) with its pinned FlashInfer $(DEMO_FLASHINFER) (exit 1: a gate is blocked)"
-	-$(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer --no-torch
-	@echo; echo "== sm120patch plan SGLANG FLASHINFER: the pair, statuses and the dry-run diff (nothing written;"
-	@echo "   exit 1: the b12x FP4 recipe stays blocked, FlashInfer $(DEMO_FLASHINFER) has no b12x kernels)"
-	-$(CLI) plan $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120
-	@echo; echo "== sm120patch apply SGLANG FLASHINFER: each recipe probed first, FlashInfer written first (exit 1: b12x)"
-	-$(CLI) apply $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120 --no-diff
-	@echo; echo "== sm120patch status"; $(CLI) status $(DEMO)/sglang $(DEMO)/flashinfer
-	@echo; echo "== git status of the patched clone"; git -C $(DEMO)/sglang status --short
-	@echo; echo "== sm120patch rollback FLASHINFER (its dependents first)"; $(CLI) rollback $(DEMO)/flashinfer
-	@echo; echo "== sm120patch rollback SGLANG (the rest)"; $(CLI) rollback $(DEMO)/sglang
-	@echo; echo "== after rollback (empty = pristine)"; git -C $(DEMO)/sglang status --short --ignored
+	@echo; echo "== 1. sm120patch recipes: the catalogue"; $(CLI) recipes
+	@echo; echo "== 2. sm120patch preflight: SGLang $(DEMO_SGLANG) with the FlashInfer it pins, $(DEMO_FLASHINFER), for sm_120"
+	@$(STEP) 1 "the allreduce-fusion gate is blocked: FlashInfer $(DEMO_FLASHINFER) has no SM12x kernels for it" -- \
+	  $(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer --no-torch
+	@echo; echo "== 3. sm120patch plan SGLANG FLASHINFER --stat: the pair, each recipe's status, the files it would change"
+	@$(STEP) 1 "the b12x FP4 recipe stays blocked, FlashInfer $(DEMO_FLASHINFER) has no b12x kernels; the rest can be applied" -- \
+	  $(CLI) plan $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120 --stat
+	@echo; echo "== 4. sm120patch apply SGLANG FLASHINFER: each recipe probed first, FlashInfer written first"
+	@$(STEP) 1 "b12x stays blocked and is not written; everything else was probed and applied" -- \
+	  $(CLI) apply $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120 --no-diff
+	@echo; echo "== 5. sm120patch status"; $(CLI) status $(DEMO)/sglang $(DEMO)/flashinfer
+	@echo; echo "== 6. git status of the patched clone"; git -C $(DEMO)/sglang status --short
+	@echo; echo "== 7. sm120patch rollback FLASHINFER (the SGLang recipe proven on it goes first)"; $(CLI) rollback $(DEMO)/flashinfer
+	@echo; echo "== 8. sm120patch rollback SGLANG (the rest)"; $(CLI) rollback $(DEMO)/sglang
+	@echo; echo "== 9. after rollback (empty = pristine)"; git -C $(DEMO)/sglang status --short --ignored
 	@test -z "$$(git -C $(DEMO)/sglang status --porcelain --ignored)" && echo "pristine: byte-identical to SGLang $(DEMO_SGLANG)"
 	@$(PY) tools/releases.py --same flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer
+	@echo; echo "The whole diff of step 3: $(CLI) plan $(DEMO)/sglang $(DEMO)/flashinfer --arch sm_120"
 
 ## docs: regenerate the tables in docs/ from real releases
 docs: venv

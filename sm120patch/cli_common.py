@@ -135,7 +135,10 @@ def report(
     as_json: bool,
     show_diff: bool,
     extra: dict[str, Any] | None = None,
+    stat: bool = False,
 ) -> int:
+    """Print the plans (statuses, then the diff: whole, or with `stat` one line per file) or
+    their JSON; returns the exit code their statuses call for."""
     if as_json:
         emit_json(
             {
@@ -158,7 +161,9 @@ def report(
             if colour:
                 status = click.style(status, fg=COLOUR.get(p.status))
             click.echo(f"  {status} {p.recipe.id:<{width}}  {p.reason}")
-        if show_diff:
+        if show_diff and stat:
+            _print_stat(plans)
+        elif show_diff:
             from sm120patch.diffs import colour as paint
 
             for p in plans:
@@ -167,6 +172,27 @@ def report(
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
     return EXIT_FAILED if any(fails(p.status) for p in plans) else EXIT_OK
+
+
+def _print_stat(plans: Sequence[RecipePlan]) -> None:
+    """`git diff --stat` of what the plans would write: per file, the lines added and removed by
+    all the recipes that edit it (two recipes may edit one file), and which recipes those are."""
+    from sm120patch.diffs import stat
+
+    files: dict[str, tuple[bytes, bytes, list[str]]] = {}
+    for p in plans:
+        for rel, (before, after) in sorted(p.changes.items()):
+            first, _, ids = files.get(rel, (before, after, []))
+            tag = p.recipe.id if p.status in ("applicable", "applied") else f"{p.recipe.id}: {p.status}"
+            files[rel] = (first, after, [*ids, tag])
+    if not files:
+        return
+    click.echo("")
+    width = max(len(rel) for rel in files)
+    for rel, (before, after, ids) in sorted(files.items()):
+        added, removed = stat(before.decode("utf-8"), after.decode("utf-8"))
+        click.echo(f"  {rel:<{width}}  +{added} -{removed}  ({', '.join(ids)})")
+    click.echo("  (the whole diff: the same command without --stat)")
 
 
 def make_run(

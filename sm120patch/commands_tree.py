@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
 )
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
+@click.option("--stat", "stat", is_flag=True, help="One line per file changed (lines added and removed), not the diff.")
 @json_option
 def plan_cmd(
     paths: tuple[Path, ...],
@@ -52,6 +53,7 @@ def plan_cmd(
     recipe_dir: Path | None,
     allow_untested: bool,
     no_diff: bool,
+    stat: bool,
     as_json: bool,
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
@@ -73,7 +75,7 @@ def plan_cmd(
     plans = plan_many(targets, recipes, common.make_run(targets, archs, level, flashinfer, python, allow_untested))
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
+    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, stat=stat))
 
 
 @click.command("apply")

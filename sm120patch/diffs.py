@@ -19,6 +19,17 @@ def unified(rel: str, before: str, after: str) -> str:
     return "".join(out) if len(out) > 1 else ""
 
 
+def stat(before: str, after: str) -> tuple[int, int]:
+    """Lines added and removed, as `git diff --stat` counts them."""
+    added = removed = 0
+    for line in difflib.unified_diff(_lines(before), _lines(after), n=0):
+        if line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    return added, removed
+
+
 def _lines(text: str) -> list[str]:
     """Split at \n only, as git does: str.splitlines() also breaks at \f, \x1c, \u2028..."""
     parts = text.split("\n")

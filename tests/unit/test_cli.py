@@ -7,6 +7,7 @@ error handling); a few run `python -m sm120patch` to see exactly what a shell se
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -442,3 +443,27 @@ def test_top_help_imports_no_command_module_and_lists_whole_summaries() -> None:
 def test_an_unknown_command_is_a_usage_error(sm) -> None:  # noqa: ANN001
     r = sm("aply", "x")
     assert r.code == 2 and "No such command" in r.err
+
+
+def test_plan_stat_counts_lines_as_git_does(sm, tmp_path: Path) -> None:  # noqa: ANN001
+    """`plan --stat`: one line per file, +added -removed; git's own --numstat of the tree that
+    `apply` writes is the oracle."""
+    pristine, patched = tmp_path / "a", tmp_path / "b"
+    make_sglang(pristine)
+    make_sglang(patched)
+    r = sm("plan", *NO_PROBE, "--stat", pristine)
+    assert r.code == 0, r.err
+    assert "diff --git" not in r.out and "without --stat" in r.out
+    assert sm("apply", *NO_PROBE, patched).code == 0
+    numstat = subprocess.run(
+        ["git", "diff", "--no-index", "--numstat", str(pristine / "sglang"), str(patched / "sglang")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    rows = [line.split("\t") for line in numstat.splitlines() if "/.sm120patch/" not in line]
+    assert rows
+    for added, removed, path in rows:
+        rel = path.split(f"{pristine.name}/", 1)[-1].split("=> ")[-1].rstrip("}")
+        rel = rel[rel.index("sglang/") + len("sglang/") :]
+        assert re.search(rf"{re.escape(rel)}\s+\+{added} -{removed}  \(", r.out), (rel, r.out)
