@@ -19,7 +19,7 @@ from sm120patch.recipes import load_recipe
 from sm120patch.targets import discover
 from sm120patch.transforms import TRANSFORMS
 from sm120patch.transforms.widen_major_list import WidenMajorList
-from tests.unit.test_transforms import assert_rewrites, assert_satisfied, assert_untouched, run
+from tests.unit.transforms.helpers import assert_rewrites, assert_satisfied, assert_untouched, run
 
 MAJORS = {"keyword": "supported_major_versions", "has": [9, 10], "add": 12}
 GEN = ["gen_comm_module"]
