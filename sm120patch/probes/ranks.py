@@ -28,6 +28,7 @@ from typing import Any
 from sm120patch.probes.subproc import own_dir
 
 HARNESS = Path(__file__).resolve().parent / "checks" / "harness.py"
+TIMING_LIB = HARNESS.parent / "kernel_timing.py"  # what checks time with (importable beside the harness)
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 GRACE_S = 20.0  # how long the other ranks may still report after one failed
 TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later

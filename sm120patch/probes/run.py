@@ -65,11 +65,12 @@ def check_path(check: RunCheck) -> Path:
 
 
 def run_fingerprint(kernel: Kernel) -> str:
-    """sha256 of the check script and the harness a run verdict would stand on ("" if none)."""
+    """sha256 of the check script, the harness and the timing library a run verdict would stand on
+    ("" if none)."""
     if kernel.run not in CHECKS:
         return ""
     h = hashlib.sha256()
-    for p in (check_path(CHECKS[kernel.run]), ranks.HARNESS):
+    for p in (check_path(CHECKS[kernel.run]), ranks.HARNESS, ranks.TIMING_LIB):
         try:
             h.update(p.read_bytes())
         except OSError:

@@ -1,0 +1,240 @@
+"""The run rung's kernel timings: the statistics, the words, and a whole timed run over gloo on CPU.
+
+The arithmetic is checked against hand-worked numbers; the words (verdict clause, probe table)
+from plain records; then two CPU ranks of the spec venv's torch time, through the shipped
+kernel_timing.py, fakes whose costs differ by 3x either way (one sleeps three times as long as the
+baseline, one a third as long). Asserted is the side each lands on, with its spread: a behaviour
+of fakes 9x apart from each other, never a bound on how long anything took.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sm120patch.arch import parse_arch
+from sm120patch.cli import cli
+from sm120patch.device import detect
+from sm120patch.flashinfer_env import from_python, from_tree
+from sm120patch.kernels import load_kernels
+from sm120patch.probes import ProbeCache, probe_kernel, ranks, run_timing
+from sm120patch.probes.ranks import Child, Run
+from sm120patch.probes.run import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run, run_fingerprint
+from sm120patch.probes.run_verdict import judge_ranks
+from tests.conftest import requires
+from tests.integration.fi_releases import spec_venv
+from tests.unit.fi_fakes import make_tree
+
+SM90 = parse_arch("sm_90")
+FAKES = Path(__file__).resolve().parent / "run_fakes"
+AR = CHECKS["allreduce_fusion"]
+# `nvidia-smi topo -m` as it printed on the 2x H200 of 2026-11-30 (docs/gpu-validation-2026-11-30.log)
+TOPO = (
+    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV18\t0-31\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \t0-31\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n"
+)
+
+
+def _lib():
+    spec = importlib.util.spec_from_file_location("kernel_timing", CHECKS_DIR / "kernel_timing.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # no torch at import: its torch-free parts run here
+    return mod
+
+
+# ---------------------------------------------------------------- the statistics, by hand
+
+
+def test_quartiles_and_stats_match_hand_worked_numbers() -> None:
+    kt = _lib()
+    xs = [4.0, 1.0, 3.0, 2.0]  # sorted 1 2 3 4: linear interpolation between closest ranks
+    assert (kt.quantile(xs, 0.25), kt.quantile(xs, 0.5), kt.quantile(xs, 0.75)) == (1.75, 2.5, 3.25)
+    assert kt.stats(xs) == {"median": 2.5, "q1": 1.75, "q3": 3.25, "min": 1.0, "max": 4.0, "n": 4}
+    assert kt.quantile([], 0.5) is None
+
+
+def test_a_row_pairs_the_samples_and_takes_the_spread_into_account() -> None:
+    kt = _lib()
+    base = [1.0, 2.0, 1.0, 2.0, 1.0]
+    slow = kt.compare({"c": [3.0, 6.0, 3.0, 6.0, 3.0], "b": base}, "c", "b")
+    assert slow["ratio"] == 3.0 and (slow["ratio_q1"], slow["ratio_q3"]) == (3.0, 3.0) and slow["side"] == "slower"
+    assert slow["candidate_ms"]["median"] == 3.0 and slow["baseline_ms"]["median"] == 1.0
+    fast = kt.compare({"c": [0.5, 1.0, 0.5, 1.0, 0.5], "b": base}, "c", "b")
+    assert fast["ratio"] == 0.5 and fast["side"] == "faster"
+    # paired ratios 0.5, 2, 0.5, 2, 1: spread across 1, so neither side
+    mixed = kt.compare({"c": [0.5, 4.0, 0.5, 4.0, 1.0], "b": base}, "c", "b")
+    assert (mixed["ratio_q1"], mixed["ratio_q3"], mixed["side"]) == (0.5, 2.0, "level")
+
+
+def test_the_link_between_two_gpus_is_read_from_nvidia_smi() -> None:
+    kt = _lib()
+    assert kt._topo_cell(TOPO, 0, 1) == "NV18" and kt._topo_cell(TOPO, 1, 0) == "NV18"
+    pcie = TOPO.replace("NV18", "PHB")
+    assert kt._topo_cell(pcie, 0, 1) == "PHB" and kt._topo_cell(TOPO, 0, 7) is None
+
+
+# ---------------------------------------------------------------- the words, from plain records
+
+
+def _row(cand: str, tokens: int, ratio: float, q1: float, q3: float, side: str) -> dict:
+    return {"shape": [tokens, 4096], "dtype": "bfloat16", "candidate": cand, "baseline": "nccl+rmsnorm",
+            "candidate_ms": {"median": ratio * 0.02}, "baseline_ms": {"median": 0.02},
+            "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3, "side": side}  # fmt: skip
+
+
+TIMING = {
+    "what": "fusion against NCCL + RMSNorm",
+    "baseline": "nccl+rmsnorm",
+    "timer": "cuda-events",
+    "repeats": 30,
+    "inner": 10,
+    "world_size": 2,
+    "sglang_max_tokens": 2048,
+    "topology": {"p2p": {"0->1": True, "1->0": True}, "links": {"0-1": "NV18"}},
+    "rows": [
+        _row("oneshot", 16, 0.45, 0.43, 0.47, "faster"),
+        _row("oneshot", 8192, 1.8, 1.7, 1.9, "slower"),
+        _row("twoshot", 8192, 1.01, 0.97, 1.04, "level"),
+    ],
+}
+
+
+def test_the_verdict_clause_names_where_the_candidate_is_slower() -> None:
+    text = run_timing.summary(TIMING)
+    assert "2 ranks, 0-1 NV18, P2P yes" in text and "0.45x to 1.80x over 3 shape(s)" in text
+    assert "slower at oneshot 8192x4096 1.80x (1.70-1.90)" in text and "twoshot 8192" not in text
+    assert text.endswith(f"({run_timing.NO_DECISION})")
+    assert "slower at no shape" in run_timing.summary({**TIMING, "rows": TIMING["rows"][:1]})
+    assert run_timing.summary(None) == ""
+    assert run_timing.summary({"skipped": "wrong"}) == "not timed (wrong)"
+
+
+def test_the_probe_table_has_a_row_per_shape_and_a_column_per_candidate() -> None:
+    lines = run_timing.table(TIMING)
+    assert "cuda-events, median of 30 x 10 calls" in lines[0] and "0-1 NV18" in lines[0]
+    assert lines[1].split() == ["tokens", "x", "hidden", "oneshot", "twoshot", "nccl+rmsnorm", "ms"]
+    assert lines[2].split() == ["16x4096", "0.45x", "(0.43-0.47)", "-", "0.02"]
+    assert lines[3].split() == ["8192x4096", "1.80x", "(1.70-1.90)", "*", "1.01x", "(0.97-1.04)", "0.02"]
+    assert "(1 of 3)" in lines[4] and "2048 tokens" in lines[5]
+
+
+def test_a_pass_carries_its_timing_and_no_timing_turns_it() -> None:
+    found = [{"index": i, "name": "NVIDIA H200", "capability": [9, 0]} for i in range(2)]
+    prep = Run([Child("prepare", "build", result={"devices": found, "matching": [0, 1]})], 1.0)
+    case = {"name": "a", "ok": True, "numel": 4, "n_bad": 0, "max_abs_err": 0.01, "atol": 0.05, "rtol": 0.02,
+            "shape": [16, 4096], "dtype": "bfloat16"}  # fmt: skip
+    kids = [Child(f"rank {r}", result={"cases": [case], "timing": TIMING}, returncode=0, ended_s=1.0) for r in (0, 1)]
+    step = judge_ranks(AR, SM90, prep, Run(kids, 2.0))
+    assert step.result == "pass" and "slower at oneshot 8192x4096" in step.reason, step.reason
+    assert step.evidence["run"]["timing"] == TIMING
+
+
+def test_the_timing_library_is_part_of_the_run_cache_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = load_kernels()["flashinfer:trtllm_comm"]
+    before = run_fingerprint(kernel)
+    copy = tmp_path / "kernel_timing.py"
+    copy.write_text(ranks.TIMING_LIB.read_text() + "\n# changed\n")
+    monkeypatch.setattr(ranks, "TIMING_LIB", copy)
+    assert run_fingerprint(kernel) != before
+
+
+# ---------------------------------------------------------------- a timed run: two gloo ranks on CPU
+
+
+@pytest.fixture(scope="module")
+def target() -> str:
+    return str(spec_venv())
+
+
+@pytest.fixture
+def timed(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(CHECKS_ENV, str(FAKES))
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "fi-home"))
+    monkeypatch.setenv("FAKE_GPUS", "9.0,9.0")
+    monkeypatch.setenv("FAKE_TIMING", "1")
+    return from_tree(make_tree(tmp_path / "tree", gate="[9, 10, 12]"), python=target)
+
+
+def test_gloo_the_ratios_land_on_the_side_of_the_known_costs(
+    timed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_RUN", "ok")
+    step = check_run(load_kernels()["flashinfer:trtllm_comm"], SM90, timed, tmp_path / "cache")
+    assert step.result == "pass", step.reason
+    timing = step.evidence["run"]["timing"]
+    assert timing["timer"] == "perf_counter" and timing["topology"]["links"] == {"0-1": "FAKE"}
+    rows = {(r["candidate"], r["shape"][0]): r for r in timing["rows"]}
+    assert set(rows) == {("oneshot", 1), ("oneshot", 64), ("twoshot", 64)}  # no two-shot for 1 token on 2 ranks
+    for key in (("oneshot", 1), ("oneshot", 64)):  # costs 3x the baseline
+        r = rows[key]
+        assert r["side"] == "slower" and r["ratio_q1"] > 1.0 and r["ratio"] > 1.0, r
+        assert r["candidate_ms"]["n"] == r["baseline_ms"]["n"] == 7
+        assert r["candidate_ms"]["median"] > r["baseline_ms"]["median"]
+    fast = rows[("twoshot", 64)]  # costs a third of the baseline
+    assert fast["side"] == "faster" and fast["ratio_q3"] < 1.0 and fast["ratio"] < 1.0, fast
+    assert "the candidate is slower at oneshot 1x64" in step.reason and "oneshot 64x64" in step.reason
+    assert "twoshot" not in step.reason.split("slower at", 1)[1] and run_timing.NO_DECISION in step.reason
+
+
+def test_gloo_a_wrong_kernel_is_not_timed_on_any_rank(timed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_RUN", "garbage")  # rank 1 wrong, rank 0 right: both must skip the collectives
+    step = check_run(load_kernels()["flashinfer:trtllm_comm"], SM90, timed, tmp_path / "cache", timeout=120.0)
+    assert step.result == "fail" and "wrong numbers" in step.reason, step.reason
+    assert [r["how"] for r in step.evidence["run"]["ranks"]] == ["finished", "finished"]
+    assert step.evidence["run"]["timing"] == {
+        "skipped": "the numbers were wrong on a rank: a wrong kernel is not timed"
+    }
+
+
+def test_gloo_probe_prints_the_ratio_per_shape_and_json_carries_it(
+    timed, tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_RUN", "ok")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cold = probe_kernel("flashinfer:trtllm_comm", SM90, timed, "run", ProbeCache())
+    assert (cold.result, cold.rung) == ("pass", "run"), cold.reason
+    args = ["probe", "flashinfer:trtllm_comm", "--arch", "sm_90", "--probe", "run",
+            "--flashinfer", str(tmp_path / "tree"), "--python", target]  # fmt: skip
+    out = CliRunner().invoke(cli, args)  # answered from the cache the cold probe filled
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if "timing: fake fusion" in line)
+    first = lines[head + 2].split()  # 1x64: one-shot (3x the cost, marked slower), no two-shot, baseline ms
+    assert first[0] == "1x64" and first[3] == "*" and first[4] == "-"
+    assert lines[head + 3].split()[0] == "64x64" and "(2 of 3)" in lines[head + 4]
+    js = CliRunner().invoke(cli, [*args, "--json"])
+    verdict = json.loads(js.output)["verdicts"][0]
+    assert verdict["cached"] and run_timing.of_verdict(verdict) == cold.evidence["run"]["timing"]
+
+
+# ---------------------------------------------------------------- on two real GPUs
+
+
+@pytest.mark.gpu
+def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
+    gpus = detect(with_torch=False).gpus
+    requires(len(gpus) >= 2, f"needs 2 NVIDIA GPUs of one arch; NVML/nvidia-smi found {len(gpus)}")
+    requires(shutil.which("nvcc") is not None, "no nvcc on PATH for FlashInfer's JIT")
+    arch = gpus[0].arch
+    requires(sum(g.arch == arch for g in gpus) >= 2, "needs 2 GPUs of one arch")
+    fi = from_python(os.environ.get("SM120PATCH_GPU_PYTHON") or shutil.which("python3") or "python3")
+    requires(fi.found, f"cannot import flashinfer ({fi.error}); set SM120PATCH_GPU_PYTHON")
+    v = probe_kernel("flashinfer:trtllm_comm", arch, fi, "run", ProbeCache(tmp_path))
+    if v.rung != "run":
+        pytest.skip(f"the ladder stopped at the {v.rung} rung: {v.reason}")
+    assert v.result == "pass", v.reason
+    timing = v.evidence["run"]["timing"]
+    assert timing["timer"] == "cuda-events" and timing["topology"]["p2p"]
+    shapes = {(r["candidate"], tuple(r["shape"])) for r in timing["rows"]}
+    for hidden in (4096, 6144, 7168):
+        assert all(("oneshot", (t, hidden)) in shapes for t in (1, 16, 128, 1024, 8192))
+        assert all(("twoshot", (t, hidden)) in shapes for t in (16, 128, 1024, 8192))
+    assert all(r["ratio"] and r["candidate_ms"]["n"] == 30 for r in timing["rows"])
