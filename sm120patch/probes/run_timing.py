@@ -116,3 +116,52 @@ def table(timing: dict[str, Any] | None) -> list[str]:
             f"  SGLang takes the fused path up to {timing['sglang_max_tokens']} tokens; larger rows are for reference"
         )
     return out
+
+
+def markdown(timing: dict[str, Any] | None) -> list[str]:
+    """The same rows as a Markdown table (docs/gpu-validation.md): ratio (IQR) and median ms per candidate."""
+    rows = (timing or {}).get("rows") or []
+    if not rows:
+        return []
+    cands = list(dict.fromkeys(r["candidate"] for r in rows))
+    baseline = (timing or {}).get("baseline", "baseline")
+    head = ["tokens x hidden", *(f"{c} / {baseline}" for c in cands), *(f"{c} ms" for c in cands), f"{baseline} ms"]
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    by_shape: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_shape.setdefault(_shape(r), {})[r["candidate"]] = r
+    for shape, got in by_shape.items():
+        ratios = [_ratio(got[c]) + (" **slower**" if got[c].get("side") == "slower" else "") if c in got else "-"
+                  for c in cands]  # fmt: skip
+        ms = [f"{got[c]['candidate_ms']['median']:.4g}" if c in got else "-" for c in cands]
+        base = next(iter(got.values()))["baseline_ms"]["median"]
+        out.append("| " + " | ".join([shape, *ratios, *ms, f"{base:.4g}"]) + " |")
+    return out
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m sm120patch.probes.run_timing FILE.json [--markdown]`: the table of a saved verdict
+    (`probe --json` or tools/run_only.py output)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m sm120patch.probes.run_timing VERDICT.json [--markdown]", file=sys.stderr)
+        return 2
+    try:
+        data = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        print(f"run_timing: {argv[0]}: {e}; pass the JSON that probe --json or run_only.py wrote", file=sys.stderr)
+        return 2
+    verdict = (data.get("verdicts") or [data])[0] if isinstance(data, dict) else {}
+    timing = of_verdict(verdict)
+    lines = markdown(timing) if "--markdown" in argv else table(timing)
+    print("\n".join(lines) if lines else "no timing in this verdict")
+    return 0 if lines else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1:]))

@@ -126,6 +126,22 @@ def test_the_probe_table_has_a_row_per_shape_and_a_column_per_candidate() -> Non
     assert "(1 of 3)" in lines[4] and "2048 tokens" in lines[5]
 
 
+def test_the_markdown_table_and_the_saved_verdict_reader(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    md = run_timing.markdown(TIMING)
+    assert md[0].count("|") == 7 and md[1] == "|" + " --- |" * 6
+    assert md[3] == "| 8192x4096 | 1.80x (1.70-1.90) **slower** | 1.01x (0.97-1.04) | 0.036 | 0.0202 | 0.02 |"
+    run_only = tmp_path / "timing.json"  # what tools/run_only.py writes: a Step with its evidence
+    run_only.write_text(json.dumps({"result": "pass", "evidence": {"run": {"timing": TIMING}}}))
+    probe = tmp_path / "probe.json"  # what `probe --json` writes
+    probe.write_text(json.dumps({"verdicts": [{"evidence": {"run": {"timing": TIMING}}}]}))
+    for f in (run_only, probe):
+        assert run_timing._main([str(f)]) == 0
+        assert capsys.readouterr().out.splitlines() == run_timing.table(TIMING)
+    assert run_timing._main([str(probe), "--markdown"]) == 0 and capsys.readouterr().out.splitlines() == md
+    assert run_timing._main([str(tmp_path / "none.json")]) == 2 and "none.json" in capsys.readouterr().err
+    assert run_timing._main([]) == 2
+
+
 def test_a_pass_carries_its_timing_and_no_timing_turns_it() -> None:
     found = [{"index": i, "name": "NVIDIA H200", "capability": [9, 0]} for i in range(2)]
     prep = Run([Child("prepare", "build", result={"devices": found, "matching": [0, 1]})], 1.0)
