@@ -9,10 +9,13 @@ of fakes 9x apart from each other, never a bound on how long anything took.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -254,3 +257,136 @@ def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
         assert all(("oneshot", (t, hidden)) in shapes for t in (1, 16, 128, 1024, 8192))
         assert all(("twoshot", (t, hidden)) in shapes for t in (16, 128, 1024, 8192))
     assert all(r["ratio"] and r["candidate_ms"]["n"] == 30 for r in timing["rows"])
+
+
+# ---------------------------------------------------------------- the shipped check's timing code, on CPU
+
+REAL_CHECK = textwrap.dedent(
+    """
+    import importlib.util, json, os, sys, types
+    import torch, torch.distributed as dist
+
+    checks, sigs, store = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    sys.path.insert(0, checks)  # as harness.py runs: kernel_timing beside it
+    calls = {"fusion": [], "workspace": [], "destroy": 0, "norm": 0}
+
+    def bind(name, args, kwargs):
+        sig = sigs[name]
+        given = set(sig["params"][: len(args)]) | set(kwargs)
+        assert given <= set(sig["params"]), (name, sorted(given - set(sig["params"])))
+        assert set(sig["required"]) <= given, (name, sorted(set(sig["required"]) - given))
+        return dict(zip(sig["params"], args), **kwargs)
+
+    def fusion(*a, **k):
+        calls["fusion"].append({n: v for n, v in bind("trtllm_allreduce_fusion", a, k).items()
+                                if n in ("token_num", "hidden_dim", "use_oneshot", "launch_with_pdl", "fp32_acc")})
+
+    def workspace(*a, **k):
+        calls["workspace"].append(bind("trtllm_create_ipc_workspace_for_all_reduce_fusion", a, k))
+        return [[0, 0]], torch.zeros(1)
+
+    def destroy(handles, group):
+        calls["destroy"] += 1
+
+    def norm(*a, **k):
+        bind("fused_add_rmsnorm", a, k)
+        calls["norm"] += 1
+
+    # FlashInfer 0.6.1's shapes of these, from its source (sigs); the bodies are stand-ins
+    fi, comm, ar, fnorm = (types.ModuleType(n) for n in ("flashinfer", "flashinfer.comm",
+                                                          "flashinfer.comm.trtllm_ar", "flashinfer.norm"))
+    comm.trtllm_allreduce_fusion, comm.trtllm_destroy_ipc_workspace_for_all_reduce_fusion = fusion, destroy
+    exec("def trtllm_create_ipc_workspace_for_all_reduce_fusion(" + sigs["ws_def"] + "): pass", ar.__dict__)
+    real_ws_sig = ar.trtllm_create_ipc_workspace_for_all_reduce_fusion
+    comm.trtllm_create_ipc_workspace_for_all_reduce_fusion = workspace
+    comm.AllReduceFusionPattern = types.SimpleNamespace(kARResidualRMSNorm=1)
+    ar._should_use_oneshot = lambda t, h, dtype, ws: t * h * 2 * ws * dtype.itemsize / 2**20 <= 512
+    fnorm.fused_add_rmsnorm = norm
+    fi.comm, fi.norm, comm.trtllm_ar = comm, fnorm, ar
+    sys.modules.update({"flashinfer": fi, "flashinfer.comm": comm, "flashinfer.comm.trtllm_ar": ar,
+                        "flashinfer.norm": fnorm})
+    import inspect
+    inspect_signature = inspect.signature
+    inspect.signature = lambda f: inspect_signature(real_ws_sig if f is workspace else f)
+
+    # no GPU: CUDA events read the wall clock, synchronize does nothing, the peers are reachable
+    import time
+    class Event:
+        def __init__(self, enable_timing=False): self.t = None
+        def record(self): self.t = time.perf_counter()
+        def synchronize(self): pass
+        def elapsed_time(self, end): return (end.t - self.t) * 1e3
+    torch.cuda.Event, torch.cuda.synchronize = Event, lambda *a: None
+    torch.cuda.can_device_access_peer = lambda a, b: True
+
+    spec = importlib.util.spec_from_file_location("allreduce_fusion", f"{checks}/allreduce_fusion.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    check.TIMING_TOKENS, check.SGLANG_MAX_TOKENS = (1, 16, 1024), 16  # CPU-sized; the real hidden sizes
+    check.TIMING.update(warmup=1, repeats=3, inner=2)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+
+    class Ctx:
+        rank, world_size, group, devices, phases = 0, 2, dist.group.WORLD, [0, 1], []
+        def phase(self, name, **info): self.phases.append(name)
+
+    timing = check._timing(Ctx(), comm, torch.device("cpu"), True)
+    skipped = check._timing(Ctx(), comm, torch.device("cpu"), False)
+    print(json.dumps({"timing": timing, "skipped": skipped, "calls": calls, "phases": Ctx.phases}, default=str))
+    """
+)
+
+
+def _real_signatures(py: Path) -> dict:
+    """Parameter names (and the required ones) of the FlashInfer 0.6.1 functions the check calls, from its source."""
+    site = next(py.parent.parent.glob("lib/python*/site-packages/flashinfer"))
+    out = {}
+    for rel, fn in (("comm/trtllm_ar.py", "trtllm_allreduce_fusion"),
+                    ("comm/trtllm_ar.py", "trtllm_create_ipc_workspace_for_all_reduce_fusion"),
+                    ("norm.py", "fused_add_rmsnorm")):  # fmt: skip
+        tree = ast.parse((site / rel).read_text())
+        node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == fn)
+        params = [a.arg for a in node.args.args]
+        out[fn] = {"params": params, "required": params[: len(params) - len(node.args.defaults)]}
+        if fn.startswith("trtllm_create"):
+            args = [
+                a.arg + (f"={ast.unparse(d)}" if d is not None else "")
+                for a, d in zip(
+                    node.args.args, [None] * (len(params) - len(node.args.defaults)) + node.args.defaults, strict=True
+                )
+            ]
+            out["ws_def"] = ", ".join(a.replace("torch.", "") for a in args)  # fmt: skip
+    return out
+
+
+def test_the_shipped_check_times_every_shape_with_flashinfer_061_calls(tmp_path: Path, target: str) -> None:
+    py = Path(target)
+    sigs = _real_signatures(py)
+    p = subprocess.run([target, "-c", REAL_CHECK, str(CHECKS_DIR), json.dumps(sigs), str(tmp_path / "store")],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    timing, calls = got["timing"], got["calls"]
+    assert got["skipped"] == {"skipped": "the numbers were wrong on a rank: a wrong kernel is not timed"}
+    # one IPC workspace per hidden size, sized for the most tokens, plain IPC (no symmetric memory), destroyed
+    assert [(w["max_token_num"], w["hidden_dim"], w["use_symm_dev_mem"]) for w in calls["workspace"]] == [
+        (1024, 4096, False), (1024, 6144, False), (1024, 7168, False)]  # fmt: skip
+    assert calls["destroy"] == 3
+    rows = {(r["candidate"], tuple(r["shape"])) for r in timing["rows"]}
+    want = {("oneshot", (t, h)) for t in (1, 16, 1024) for h in (4096, 6144, 7168)}
+    want |= {("twoshot", (t, h)) for t in (16, 1024) for h in (4096, 6144, 7168)}  # 1 token: no two-shot at 2 ranks
+    assert rows == want
+    assert all(r["candidate_ms"]["n"] == r["baseline_ms"]["n"] == 3 and r["baseline"] == "nccl+rmsnorm"
+               for r in timing["rows"])  # fmt: skip
+    # each contender: 1 warm-up call + 3 samples x 2 calls, per shape
+    assert calls["norm"] == 9 * 7 and len(calls["fusion"]) == 15 * 7
+    assert {(c["launch_with_pdl"], c["fp32_acc"]) for c in calls["fusion"]} == {(True, False)}  # as SGLang calls it
+    assert {(c["token_num"], c["use_oneshot"]) for c in calls["fusion"] if c["hidden_dim"] == 4096} == {
+        (1, True), (16, True), (16, False), (1024, True), (1024, False)}  # fmt: skip
+    by = {(r["candidate"], r["shape"][0], r["shape"][1]): r for r in timing["rows"]}
+    assert by[("oneshot", 16, 4096)]["sglang_fuses"] and not by[("oneshot", 1024, 4096)]["sglang_fuses"]
+    # the stand-in heuristic (0.6.1's formula: one-shot up to 512 MB at 2 ranks) picks one-shot for 1024x7168
+    assert by[("oneshot", 1024, 7168)]["flashinfer_picks"] is True
+    assert by[("twoshot", 1024, 7168)]["flashinfer_picks"] is False
+    assert timing["timer"] == "cuda-events" and timing["topology"]["p2p"] == {"0->1": True, "1->0": True}
+    assert "kernel" in got["phases"] and got["phases"].count("timing-teardown") == 3
