@@ -139,29 +139,23 @@ def markdown(timing: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def _main(argv: list[str]) -> int:
-    """`python -m sm120patch.probes.run_timing FILE.json [--markdown]`: the table of a saved verdict
-    (`probe --json` or tools/run_only.py output)."""
+def main(argv: list[str]) -> int:
+    """`tools/timing_table.py FILE.json [--markdown]`: the table of a saved verdict (`probe --json`
+    or tools/run_only.py output); 1 if it holds no timing, 2 for a file it cannot read."""
     import json
     import sys
     from pathlib import Path
 
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m sm120patch.probes.run_timing VERDICT.json [--markdown]", file=sys.stderr)
+        print("usage: python3 tools/timing_table.py VERDICT.json [--markdown]", file=sys.stderr)
         return 2
     try:
         data = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        print(f"run_timing: {argv[0]}: {e}; pass the JSON that probe --json or run_only.py wrote", file=sys.stderr)
+        print(f"timing_table.py: {argv[0]}: {e}; pass the JSON that probe --json or run_only.py wrote", file=sys.stderr)
         return 2
     verdict = (data.get("verdicts") or [data])[0] if isinstance(data, dict) else {}
     timing = of_verdict(verdict)
     lines = markdown(timing) if "--markdown" in argv else table(timing)
     print("\n".join(lines) if lines else "no timing in this verdict")
     return 0 if lines else 1
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(_main(sys.argv[1:]))

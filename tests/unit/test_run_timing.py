@@ -30,7 +30,7 @@ from sm120patch.probes import ProbeCache, probe_kernel, ranks, run_timing
 from sm120patch.probes.ranks import Child, Run
 from sm120patch.probes.run import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run, run_fingerprint
 from sm120patch.probes.run_verdict import judge_ranks
-from tests.conftest import requires
+from tests.conftest import pristine_or_skip, requires
 from tests.integration.fi_releases import spec_venv
 from tests.unit.fi_fakes import make_tree
 
@@ -138,11 +138,11 @@ def test_the_markdown_table_and_the_saved_verdict_reader(tmp_path: Path, capsys:
     probe = tmp_path / "probe.json"  # what `probe --json` writes
     probe.write_text(json.dumps({"verdicts": [{"evidence": {"run": {"timing": TIMING}}}]}))
     for f in (run_only, probe):
-        assert run_timing._main([str(f)]) == 0
+        assert run_timing.main([str(f)]) == 0
         assert capsys.readouterr().out.splitlines() == run_timing.table(TIMING)
-    assert run_timing._main([str(probe), "--markdown"]) == 0 and capsys.readouterr().out.splitlines() == md
-    assert run_timing._main([str(tmp_path / "none.json")]) == 2 and "none.json" in capsys.readouterr().err
-    assert run_timing._main([]) == 2
+    assert run_timing.main([str(probe), "--markdown"]) == 0 and capsys.readouterr().out.splitlines() == md
+    assert run_timing.main([str(tmp_path / "none.json")]) == 2 and "none.json" in capsys.readouterr().err
+    assert run_timing.main([]) == 2
 
 
 def test_a_pass_carries_its_timing_and_no_timing_turns_it() -> None:
@@ -390,3 +390,106 @@ def test_the_shipped_check_times_every_shape_with_flashinfer_061_calls(tmp_path:
     assert by[("twoshot", 1024, 7168)]["flashinfer_picks"] is False
     assert timing["timer"] == "cuda-events" and timing["topology"]["p2p"] == {"0->1": True, "1->0": True}
     assert "kernel" in got["phases"] and got["phases"].count("timing-teardown") == 3
+
+
+PCIE_CHECK = textwrap.dedent(
+    """
+    import importlib.util, inspect, json, sys, time, types
+    import torch, torch.distributed as dist
+
+    checks, sigs, store, mode = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    sys.path.insert(0, checks)
+    calls = {"init": [], "all_reduce": 0, "destroy": 0}
+
+    def bind(name, args, kwargs):
+        sig = sigs[name]
+        given = set(sig["params"][: len(args)]) | set(kwargs)
+        assert given <= set(sig["params"]), (name, sorted(given - set(sig["params"])))
+        assert set(sig["required"]) <= given, (name, sorted(set(sig["required"]) - given))
+        return dict(zip(sig["params"], args), **kwargs)
+
+    class Workspace:  # FlashInfer 0.7.4's PcieIpcAllReduceWorkspace, its signatures (sigs) over a stand-in body
+        def __init__(self, *a, **k):
+            got = bind("__init__", ("self", *a), k)
+            calls["init"].append({n: got[n] for n in ("max_numel", "dtype") if n in got})
+            self.max_numel, self.profile = got["max_numel"], "rootcplx-noswitch"
+
+        def supports(self, *a, **k):
+            inp = bind("supports", ("self", *a), k)["inp"]
+            return inp.numel() <= self.max_numel and inp.numel() >= 8192  # stand-in: a floor, to see declines
+
+        def all_reduce(self, *a, **k):
+            got = bind("all_reduce", ("self", *a), k)
+            calls["all_reduce"] += 1
+            if mode == "ok":
+                s = got["inp"].float()
+                dist.all_reduce(s)
+                got["out"].copy_(s)
+            return got["out"]  # "empty": writes nothing, the NaN poison stays
+
+        def destroy(self):
+            calls["destroy"] += 1
+
+    comm = types.SimpleNamespace(PcieIpcAllReduceWorkspace=Workspace)
+
+    class Event:
+        def __init__(self, enable_timing=False): self.t = None
+        def record(self): self.t = time.perf_counter()
+        def synchronize(self): pass
+        def elapsed_time(self, end): return (end.t - self.t) * 1e3
+    torch.cuda.Event, torch.cuda.synchronize = Event, lambda *a: None
+    torch.cuda.can_device_access_peer = lambda a, b: True
+
+    harness_spec = importlib.util.spec_from_file_location("harness", f"{checks}/harness.py")
+    harness = importlib.util.module_from_spec(harness_spec)
+    harness_spec.loader.exec_module(harness)
+    spec = importlib.util.spec_from_file_location("pcie_ipc_allreduce", f"{checks}/pcie_ipc_allreduce.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    check.TIMING.update(warmup=1, repeats=3, inner=2)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    ctx = harness.Ctx("rank", {"devices": [0, 1]})
+    ctx.group, ctx.world_size, ctx.phase = dist.group.WORLD, 2, lambda name, **info: None
+    print(json.dumps({"out": check._run(ctx, comm, torch.device("cpu")), "calls": calls}, default=str))
+    """
+)
+
+
+def _pcie_signatures() -> dict:
+    """FlashInfer 0.7.4's PcieIpcAllReduceWorkspace methods the check calls, from its source."""
+    src = pristine_or_skip("flashinfer", "0.7.4") / "flashinfer" / "comm" / "pcie_ipc_ar.py"
+    cls = next(n for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.ClassDef)
+               and n.name == "PcieIpcAllReduceWorkspace")  # fmt: skip
+    out = {}
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        params = [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
+        required = [a.arg for a in fn.args.args][: len(fn.args.args) - len(fn.args.defaults)]
+        out[fn.name] = {"params": params, "required": required}
+    return out
+
+
+@pytest.mark.parametrize("mode", ["ok", "empty"])
+def test_the_pcie_ipc_check_on_flashinfer_074_calls(tmp_path: Path, target: str, mode: str) -> None:
+    args = [target, "-c", PCIE_CHECK, str(CHECKS_DIR), json.dumps(_pcie_signatures()), str(tmp_path / "s"), mode]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    out, calls = got["out"], got["calls"]
+    # one decode-sized workspace per hidden size, bf16, destroyed
+    assert calls["init"] == [{"max_numel": 256 * h, "dtype": "torch.bfloat16"} for h in (4096, 6144, 7168)]
+    assert calls["destroy"] == 3
+    assert out["declined"] == [[1, 4096], [1, 6144], [1, 7168]]  # what supports() declined is not a case
+    names = [c["name"] for c in out["cases"]]
+    assert names == [f"{t}x{h}" for h in (4096, 6144, 7168) for t in (16, 128, 256)]
+    if mode == "ok":
+        assert all(c["ok"] for c in out["cases"])
+        rows = out["timing"]["rows"]
+        assert [tuple(r["shape"]) for r in rows] == [(t, h) for h in (4096, 6144, 7168) for t in (16, 128, 256)]
+        assert all(r["candidate"] == "pcie_ipc" and r["baseline"] == "nccl" and r["candidate_ms"]["n"] == 3
+                   for r in rows)  # fmt: skip
+        assert calls["all_reduce"] == 9 + 9 * (1 + 3 * 2)  # the checks, then warm-up + samples x calls
+        assert out["timing"]["workspaces"][0]["profile"] == "rootcplx-noswitch"
+    else:  # a kernel that writes nothing: every element still NaN, and nothing timed
+        assert not any(c["ok"] for c in out["cases"]) and all(c["n_nonfinite"] == c["numel"] for c in out["cases"])
+        assert out["timing"] == {"skipped": "the numbers were wrong on a rank: a wrong kernel is not timed"}
+        assert calls["all_reduce"] == 9  # every case checked, none timed
