@@ -69,7 +69,7 @@ def summary(timing: dict[str, Any] | None) -> str:
     where = f"{timing.get('world_size', '?')} ranks, {links(timing)}"
     head = (
         f"timing against {timing.get('baseline', 'the baseline')} ({where}): candidate/baseline "
-        f"{min(ratios):.2f}x to {max(ratios):.2f}x over {len(rows)} shape(s)"
+        f"{min(ratios):.2f}x to {max(ratios):.2f}x in {len(rows)} comparison(s) (path x shape)"
     )
     slow = slower(timing)
     if slow:

@@ -112,7 +112,7 @@ TIMING = {
 
 def test_the_verdict_clause_names_where_the_candidate_is_slower() -> None:
     text = run_timing.summary(TIMING)
-    assert "2 ranks, 0-1 NV18, P2P yes" in text and "0.45x to 1.80x over 3 shape(s)" in text
+    assert "2 ranks, 0-1 NV18, P2P yes" in text and "0.45x to 1.80x in 3 comparison(s) (path x shape)" in text
     assert "slower at oneshot 8192x4096 1.80x (1.70-1.90)" in text and "twoshot 8192" not in text
     assert text.endswith(f"({run_timing.NO_DECISION})")
     assert "slower at no shape" in run_timing.summary({**TIMING, "rows": TIMING["rows"][:1]})
@@ -237,8 +237,8 @@ def test_gloo_probe_prints_the_ratio_per_shape_and_json_carries_it(
 # ---------------------------------------------------------------- on two real GPUs
 
 
-@pytest.mark.gpu
-def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
+def _two_gpus() -> tuple:
+    """An arch with 2 GPUs here and a FlashInfer to run them with, or a skip saying what is missing."""
     gpus = detect(with_torch=False).gpus
     requires(len(gpus) >= 2, f"needs 2 NVIDIA GPUs of one arch; NVML/nvidia-smi found {len(gpus)}")
     requires(shutil.which("nvcc") is not None, "no nvcc on PATH for FlashInfer's JIT")
@@ -246,17 +246,34 @@ def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
     requires(sum(g.arch == arch for g in gpus) >= 2, "needs 2 GPUs of one arch")
     fi = from_python(os.environ.get("SM120PATCH_GPU_PYTHON") or shutil.which("python3") or "python3")
     requires(fi.found, f"cannot import flashinfer ({fi.error}); set SM120PATCH_GPU_PYTHON")
-    v = probe_kernel("flashinfer:trtllm_comm", arch, fi, "run", ProbeCache(tmp_path))
+    return arch, fi
+
+
+def _timed_on_gpus(kernel: str, tmp_path: Path) -> dict:
+    arch, fi = _two_gpus()
+    v = probe_kernel(kernel, arch, fi, "run", ProbeCache(tmp_path))
     if v.rung != "run":
         pytest.skip(f"the ladder stopped at the {v.rung} rung: {v.reason}")
     assert v.result == "pass", v.reason
     timing = v.evidence["run"]["timing"]
     assert timing["timer"] == "cuda-events" and timing["topology"]["p2p"]
-    shapes = {(r["candidate"], tuple(r["shape"])) for r in timing["rows"]}
+    assert all(r["ratio"] and r["candidate_ms"]["n"] == 30 for r in timing["rows"])
+    return timing
+
+
+@pytest.mark.gpu
+def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
+    shapes = {(r["candidate"], tuple(r["shape"])) for r in _timed_on_gpus("flashinfer:trtllm_comm", tmp_path)["rows"]}
     for hidden in (4096, 6144, 7168):
         assert all(("oneshot", (t, hidden)) in shapes for t in (1, 16, 128, 1024, 8192))
         assert all(("twoshot", (t, hidden)) in shapes for t in (16, 128, 1024, 8192))
-    assert all(r["ratio"] and r["candidate_ms"]["n"] == 30 for r in timing["rows"])
+
+
+@pytest.mark.gpu
+def test_pcie_ipc_timing_on_two_gpus(tmp_path: Path) -> None:
+    """FlashInfer >= 0.7.0 only: on 0.6.x the ladder stops at the static rung (no pcie_ipc_comm), a skip."""
+    timing = _timed_on_gpus("flashinfer:pcie_ipc_comm", tmp_path)
+    assert {r["candidate"] for r in timing["rows"]} == {"pcie_ipc"} and len(timing["workspaces"]) == 3
 
 
 # ---------------------------------------------------------------- the shipped check's timing code, on CPU
