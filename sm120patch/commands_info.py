@@ -89,7 +89,7 @@ def probe_cmd(
     sm120patch probe flashinfer:norm --probe run        (on the GPU box)
     """
     from sm120patch.kernels import load_kernels
-    from sm120patch.probes import ProbeCache, probe_kernel
+    from sm120patch.probes import ProbeCache, probe_kernel, run_timing
 
     catalogue = load_kernels()
     names = list(kernels) or sorted(catalogue)
@@ -118,6 +118,8 @@ def probe_cmd(
         for v in verdicts:
             reached = v.rung if v.rung == level else f"{v.rung} (asked {level})"
             click.echo(f"  {v.result:<8} {v.kernel:<36} {v.arch:<7} {reached:<20} {v.elapsed_s:6.2f}s  {v.reason}")
+            for line in run_timing.table(run_timing.of_verdict(v.to_dict())):
+                click.echo(f"      {line}")
     # a pass that stands on a lower rung than asked is not what was asked for: say so, exit 1
     proven = all(v.result == "pass" and not v.short_of_asked for v in verdicts)
     sys.exit(EXIT_OK if proven else EXIT_FAILED)

@@ -17,7 +17,7 @@ from sm120patch.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
 
 # the run rung's numeric checks (sm120patch/probes/run.py: CHECKS), or "" for none
-RUN_CHECKS = ("", "rmsnorm", "allreduce_fusion", "fused_moe")
+RUN_CHECKS = ("", "rmsnorm", "allreduce_fusion", "fused_moe", "pcie_ipc_allreduce")
 # how the static rung reads the generator: its supported_major_versions (majors), a generator
 # FlashInfer deliberately builds for every arch (none), or only that the function exists (symbol)
 GATES = ("majors", "none", "symbol")

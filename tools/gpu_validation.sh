@@ -7,6 +7,11 @@
 #   moe-wait    wait (up to MOE_WAIT seconds) for that fused-MoE probe and report it
 #   moe-run     the fused-MoE check alone on one GPU: the run rung only (tools/run_only.py), its
 #               cold JIT build in its own session at full speed, then moe-wait
+#   timing      the allreduce-fusion run check on two GPUs of one arch, run rung only (run_only.py):
+#               its numbers, then its timing against NCCL + fused_add_rmsnorm; writes timing.json,
+#               timing-table.txt (as `probe --probe run` prints it) and timing-table.md
+#   timing-pcie   the same for the PCIe-IPC all-reduce against NCCL (needs FlashInfer >= 0.7.0)
+#   timing-probe  the fusion's through `sm120patch probe ... --probe run` (climbs the build rung first)
 # Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable; wheels in
 # $WHL (default .whl/ beside tools/, see the doc) are installed into /tmp/site first.
 # Writes what it prints to ${OUT:-/tmp/gpu-validation}.
@@ -128,10 +133,43 @@ moe_wait() {
   tail -c 4000 "$W"/moe/stderr.txt > "$OUT"/moe-stderr.txt 2>/dev/null
 }
 
+# the run rung's timing: the run rung alone, so that a cold JIT build (trtllm_comm and the norm
+# module, about 3 minutes on an H200 host) and the timing fit one call. $1: kernel, $2: file prefix
+timing() {
+  local kernel=${1:-flashinfer:trtllm_comm} name=${2:-timing}
+  step nvidia-smi --query-gpu=index,name,compute_cap,driver_version,pci.bus_id --format=csv
+  step nvidia-smi topo -m
+  step nvidia-smi nvlink --status
+  echo; echo "### multicast off:"; env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)='
+  local arch; arch=${ARCH:-sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')}
+  python3 -c "import flashinfer, torch; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__)"
+  mkdir -p "$W"/timing
+  echo; echo "### run rung alone: $kernel $arch (numbers, then timing)"
+  local t0; t0=$(date +%s)
+  XDG_CACHE_HOME="$W"/timing/cache timeout "${TIMING_TIMEOUT:-540}" \
+    python3 "$HERE"/run_only.py "$kernel" "$arch" > "$OUT/$name.json"
+  echo "### rc=$? elapsed_s=$(( $(date +%s) - t0 ))"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['result'], d['elapsed_s'], 's:', d['reason'])" "$OUT/$name.json"
+  python3 "$HERE"/timing_table.py "$OUT/$name.json" | tee "$OUT/$name-table.txt"
+  python3 "$HERE"/timing_table.py "$OUT/$name.json" --markdown > "$OUT/$name-table.md"
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['evidence']['run'].get('timing') or {}; print(json.dumps(t.get('topology'), indent=1))" "$OUT/$name.json"
+}
+
+timing_probe() {
+  local arch; arch=${ARCH:-sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')}
+  step env XDG_CACHE_HOME="$W"/timing/cache timeout "${TIMING_TIMEOUT:-540}" \
+    $SM probe flashinfer:trtllm_comm --arch "$arch" --probe run --python python3
+  XDG_CACHE_HOME="$W"/timing/cache timeout 60 $SM probe flashinfer:trtllm_comm --arch "$arch" --probe run \
+    --python python3 --json > "$OUT"/timing-probe.json
+}
+
 case "$SECTION" in
   ladder) ladder 2>&1 | tee "$OUT/gpu-validation.log" ;;
   run-rung) run_rung 2>&1 | tee "$OUT/gpu-run-rung.log" ;;
   moe-wait) moe_wait 2>&1 | tee "$OUT/gpu-moe.log" ;;
   moe-run) moe_run 2>&1 | tee "$OUT/gpu-moe.log" ;;
-  *) echo "unknown section $SECTION: ladder, run-rung, moe-wait or moe-run" >&2; exit 2 ;;
+  timing) timing 2>&1 | tee "$OUT/gpu-timing.log" ;;
+  timing-pcie) timing flashinfer:pcie_ipc_comm timing-pcie 2>&1 | tee "$OUT/gpu-timing-pcie.log" ;;
+  timing-probe) timing_probe 2>&1 | tee "$OUT/gpu-timing-probe.log" ;;
+  *) echo "unknown section $SECTION: ladder, run-rung, moe-wait, moe-run, timing, timing-pcie or timing-probe" >&2; exit 2 ;;
 esac

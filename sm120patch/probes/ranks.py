@@ -28,9 +28,11 @@ from typing import Any
 from sm120patch.probes.subproc import own_dir
 
 HARNESS = Path(__file__).resolve().parent / "checks" / "harness.py"
+TIMING_LIB = HARNESS.parent / "kernel_timing.py"  # what checks time with (importable beside the harness)
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 GRACE_S = 20.0  # how long the other ranks may still report after one failed
 TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL this much later
+SIGNAL_FIRST_S = 1.0  # a signal death this close after a peer's error is still the cause (first_failure)
 STDERR_LINES = 40
 
 
@@ -107,9 +109,20 @@ class Run:
     timed_out: bool = False
 
     def first_failure(self) -> Child | None:
-        """The child whose failure came first and was not our doing (the cause, not the fallout)."""
+        """The child whose failure came first and was not our doing (the cause, not the fallout).
+        A child that died on a signal outranks one that raised less than SIGNAL_FIRST_S after it:
+        the peer of a killed rank raises as soon as its socket closes, and the two timestamps come
+        from threads of ours that a loaded box can wake in either order."""
         own = [c for c in self.children if c.failed and not c.killed]
-        return min(own, key=lambda c: c.failed_s) if own else None
+        if not own:
+            return None
+        first = min(own, key=lambda c: c.failed_s)
+        died = [c for c in own if (c.returncode or 0) < 0 and c.error is None]
+        if first.error is not None and died:
+            signalled = min(died, key=lambda c: c.failed_s)
+            if signalled.failed_s - first.failed_s < SIGNAL_FIRST_S:
+                return signalled
+        return first
 
 
 class _Proc:

@@ -50,6 +50,7 @@ CHECKS = {
     for c in (
         RunCheck("rmsnorm", "rmsnorm.py", 1, 900.0, "flashinfer.norm.rmsnorm"),
         RunCheck("allreduce_fusion", "allreduce_fusion.py", 2, 1200.0, "trtllm_allreduce_fusion kARResidualRMSNorm"),
+        RunCheck("pcie_ipc_allreduce", "pcie_ipc_allreduce.py", 2, 1200.0, "PcieIpcAllReduceWorkspace.all_reduce"),
         # the CUTLASS fused-MoE module is ~180 CUDA files: a cold JIT build takes far longer than the rest
         RunCheck("fused_moe", "fused_moe.py", 1, 7200.0, "cutlass_fused_moe"),
     )
@@ -65,11 +66,12 @@ def check_path(check: RunCheck) -> Path:
 
 
 def run_fingerprint(kernel: Kernel) -> str:
-    """sha256 of the check script and the harness a run verdict would stand on ("" if none)."""
+    """sha256 of the check script, the harness and the timing library a run verdict would stand on
+    ("" if none)."""
     if kernel.run not in CHECKS:
         return ""
     h = hashlib.sha256()
-    for p in (check_path(CHECKS[kernel.run]), ranks.HARNESS):
+    for p in (check_path(CHECKS[kernel.run]), ranks.HARNESS, ranks.TIMING_LIB):
         try:
             h.update(p.read_bytes())
         except OSError:

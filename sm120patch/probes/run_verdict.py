@@ -6,6 +6,10 @@ test from plain data. The rules: a kernel that raised, died, or hung while it wa
 never pass: outputs are poisoned before each call). Everything that went wrong before the call
 (no GPU of the arch, an import, the process group, a build that failed for another reason than
 the arch) is `unknown`: the rung could not look, which is not a pass.
+
+A check may also time the kernel against the path it replaces (`timing` in its result): the
+record keeps it and a pass's reason says where the candidate is slower, but no timing turns a
+verdict (run_timing.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sm120patch.probes import run_timing
 from sm120patch.probes.ranks import Child, Run
 from sm120patch.probes.spec import NO_ARCH
 from sm120patch.rungs import Step
@@ -152,6 +157,7 @@ def judge_ranks(check: RunCheck, arch: Arch, prep: Run, run: Run) -> Step:
         "dtypes": _unique(cases, "dtype"),
         "modes": _unique(cases, "mode"),
         "cases": cases,
+        "timing": run_timing.timing_of(run),
         "ranks": [c.to_dict() for c in run.children],
     }
     evidence = {"run": record}
@@ -194,4 +200,5 @@ def judge_ranks(check: RunCheck, arch: Arch, prep: Run, run: Run) -> Step:
         f"run: {api} {where}, {what}: max abs error {_num(worst)} within {_tolerance(cases)} "
         f"against a float32 reference ({len(cases)} checks, {len(run.children)} rank(s), {record['elapsed_s']:.0f} s)"
     )
-    return Step("pass", why, evidence)
+    timed = run_timing.summary(record["timing"])
+    return Step("pass", f"{why}; {timed}" if timed else why, evidence)

@@ -114,6 +114,18 @@ def test_the_first_rank_to_fail_is_blamed_not_the_peer_we_killed() -> None:
     assert step.evidence["run"]["ranks"][0]["killed"].startswith("rank 1 failed")
 
 
+def test_a_signal_death_outranks_the_peer_that_raised_a_moment_before_it() -> None:
+    """The peer of a killed rank raises as its socket closes; our threads may stamp that first."""
+    raised = Child("rank 0", "kernel", error={"error": "RuntimeError: Connection closed by peer"}, returncode=1,
+                   ended_s=2.1, error_s=2.0)
+    died = Child("rank 1", "kernel", {"case": "c"}, returncode=-9, ended_s=2.05)
+    assert _ranks(raised, died).first_failure() is died
+    later = dataclasses.replace(died, ended_s=2.0 + ranks.SIGNAL_FIRST_S + 0.5)  # too late to be the cause
+    assert _ranks(raised, later).first_failure() is raised
+    exited = dataclasses.replace(died, returncode=3)  # an exit, not a signal: the first to fail is blamed
+    assert _ranks(raised, exited).first_failure() is raised
+
+
 @pytest.mark.parametrize(("phase", "result"), [("kernel", "fail"), ("setup", "unknown"), ("workspace", "unknown")])
 def test_a_hang_is_a_fail_only_inside_the_kernel(phase: str, result: str) -> None:
     stuck = [Child(f"rank {r}", phase, returncode=-9, killed="no answer within 30 s", ended_s=30.0) for r in range(2)]
