@@ -15,6 +15,7 @@ stderr once it has taken over two seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -216,16 +217,16 @@ def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) 
         modules = []
         for rel in d.files:
             done += 1
-            p = site / rel
+            p = os.path.join(site, rel)
             try:
-                stamp = _stamp(p.stat())
+                stamp = _stamp(os.stat(p))
             except OSError:
                 continue  # RECORD lists it, the file is gone: nothing to load, nothing to fail
             hit = cache.files.get(rel)
             if hit and hit[:3] == stamp:
                 res, cached = hit[3], cached + 1
             else:
-                res, read = _read(p), read + 1
+                res, read = _read(Path(p)), read + 1
                 cache.files[rel] = [*stamp, res]
                 cache.dirty = True
                 prog.tick(done, d.name)
@@ -248,17 +249,29 @@ def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) 
 # --- verdicts --------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def _code(text: str) -> Code:
+    return Code.parse(text)
+
+
 def _codes(sig: Iterable[str]) -> list[Code]:
-    return [Code.parse(c) for c in sig]
+    return [_code(c) for c in sig]
 
 
 def module_verdict(module: dict[str, Any], gpu: Arch, driver: str | None) -> dict[str, Any]:
+    """See `_verdict`; modules built alike (thousands of cubins of a few kinds) are judged once."""
+    key = tuple((tuple(sig), n) for sig, n in module["groups"])
+    return dict(_verdict(key, gpu, driver))
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(groups_key: tuple[tuple[tuple[str, ...], int], ...], gpu: Arch, driver: str | None) -> dict[str, Any]:
     """Whether a module's code runs on `gpu`: `ok`, `partial` (some translation units have no
     image: the ops they hold fail) or `none`.
 
     nvcc's device-link unit never holds PTX (seen with nvcc 13.0 in the tests), so where the
     module runs only by JIT, units without PTX are not counted as missing."""
-    groups = [(_codes(sig), n) for sig, n in module["groups"]]
+    groups = [(_codes(sig), n) for sig, n in groups_key]
     whole: Verdict = judge([c for codes, _ in groups for c in codes], gpu, driver)
     units = sum(n for _, n in groups)
     missing, first_missing = 0, None
@@ -282,13 +295,16 @@ def module_verdict(module: dict[str, Any], gpu: Arch, driver: str | None) -> dic
     }
 
 
+def _all_codes(modules: Sequence[dict[str, Any]]) -> list[Code]:
+    return _codes({c for m in modules for sig, _ in m["groups"] for c in sig})
+
+
 def _images(modules: Sequence[dict[str, Any]], kind: str) -> list[str]:
-    names = {c.name for m in modules for sig, _ in m["groups"] for c in _codes(sig) if c.kind == kind}
-    return sort_names(names)
+    return sort_names({c.name for c in _all_codes(modules) if c.kind == kind})
 
 
 def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
-    isas = {c.isa for m in modules for sig, _ in m["groups"] for c in _codes(sig) if c.kind == "ptx" and c.isa}
+    isas = {c.isa for c in _all_codes(modules) if c.kind == "ptx" and c.isa}
     return sorted(isas, key=lambda s: tuple(int(x) for x in s.split(".")))
 
 

@@ -235,3 +235,29 @@ def test_progress_only_after_two_seconds() -> None:
     p.tick(3, "torch")
     p.finish(3)
     assert out.getvalue().splitlines() == ["census: 3/10 files checked (torch)", "census: done, 3 files read in 2.5 s"]
+
+
+def test_triton_ptxas_is_found_and_asked_its_version(tmp_path: Path) -> None:
+    """The real ptxas next to nvcc, placed where Triton bundles its own; then TRITON_PTXAS_PATH wins."""
+    nvcc = shutil.which("nvcc")
+    requires(nvcc is not None, "nvcc (and its ptxas) is not on PATH")
+    assert nvcc is not None
+    real = next((p for p in (shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas") if p and Path(p).exists()), None)
+    requires(real is not None, "no ptxas next to nvcc")
+    version = _nvcc_version(nvcc)
+    site = tmp_path / "site"
+    bundled = site / "triton" / "backends" / "nvidia" / "bin" / "ptxas"
+    bundled.parent.mkdir(parents=True)
+    bundled.symlink_to(Path(str(real)).resolve())
+    info = census.triton_ptxas([site], env={})
+    assert info is not None and (info["source"], info["cuda"]) == ("bundled with triton", version)
+    targets = census.ptxas_targets(info, [Arch(12, 0), Arch(12, 1)])
+    # sm_120a needs CUDA >= 12.8, sm_121a CUDA >= 12.9 (CUDA release notes; device.min_cuda_for)
+    want = tuple(int(x) for x in version.split("."))
+    assert targets["sm_120"]["ok"] is (want >= (12, 8))
+    assert targets["sm_121"]["ok"] is (want >= (12, 9))
+    other = tmp_path / "ptxas"
+    other.symlink_to(Path(str(real)).resolve())
+    info = census.triton_ptxas([site], env={"TRITON_PTXAS_PATH": str(other)})
+    assert info is not None and (info["source"], info["path"]) == ("TRITON_PTXAS_PATH", str(other))
+    assert census.triton_ptxas([tmp_path / "empty"], env={}) is None
