@@ -15,6 +15,7 @@ stderr once it has taken over two seconds.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import json
@@ -519,3 +520,45 @@ def for_preflight(
 
     gpus = archs_present(machine) or list(archs)
     return census(sites_for(given, python, package_dirs), gpus, machine.driver)
+
+
+def recipe_notes(report: dict[str, Any], needs: dict[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Per recipe id: where a kernel it needs lives in a censused module that cannot run on a GPU
+    (the kernel catalogue's `jit_modules`, a module `<m>.so` or folder `<m>/`, and `cubin_globs`,
+    under a `cubins/` folder), one line each, naming the package, the module and the fix."""
+    from sm120patch.errors import UserError
+    from sm120patch.kernels import load_kernels
+
+    try:
+        catalogue = load_kernels()
+    except UserError:  # a broken catalogue is the probes' to report, not the census's
+        return {}
+    out: dict[str, list[str]] = {}
+    for rid, kernel_ids in needs.items():
+        lines: list[str] = []
+        for kid in kernel_ids:
+            k = catalogue.get(kid)
+            if k is None:
+                continue
+            for d in report["distributions"]:
+                for gpu, g in d["gpus"].items():
+                    bad = [p for p in g["cannot_run"] + g["partial"] if _holds(p, k.jit_modules, k.cubin_globs)]
+                    if bad:
+                        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+                        lines.append(
+                            f"{kid} lives in {d['name']} {d['version']} ({shown}), which has no {gpu} image there: "
+                            f"{'; '.join(g['you_will_see'])}; fix: {g['fix']}"
+                        )
+        if lines:
+            out[rid] = lines
+    return out
+
+
+def _holds(rel: str, jit_modules: Sequence[str], cubin_globs: Sequence[str]) -> bool:
+    p = Path(rel)
+    if any(p.name.split(".")[0] == m or m in p.parts[:-1] for m in jit_modules):
+        return True
+    if "cubins" in p.parts:
+        under = "/".join(p.parts[p.parts.index("cubins") + 1 :])
+        return any(fnmatch.fnmatch(under, g) for g in cubin_globs)
+    return False

@@ -90,7 +90,18 @@ def preflight(
 
         dirs = [t.package_dir for t in targets]
         report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
+        _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
     return report
+
+
+def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:
+    """A recipe whose kernels live in a package that has no image for a GPU says so (row["census"])."""
+    from sm120patch.census import recipe_notes
+
+    for rid, lines in recipe_notes(census, needs).items():
+        for r in rows:
+            if r["id"] == rid:
+                r["census"] = lines
 
 
 def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
@@ -150,6 +161,8 @@ def render(report: dict[str, Any]) -> str:
     for r in report["recipes"]:
         out.append(f"{r['id']:<{width}}  {r['status']:<14} {r['rung']:<8} {r['advice']}")
         out.append(f"{'':<{width}}  {r['reason']}")
+        for line in r.get("census", []):
+            out.append(f"{'':<{width}}  census: {line}")
     if report.get("census"):
         from sm120patch.census import render_lines
 

@@ -21,6 +21,7 @@ Oracles (not our reader):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,7 +34,8 @@ import pytest
 
 from sm120patch import census
 from sm120patch.arch import Arch
-from tests.conftest import unavailable
+from tests.conftest import fetch_or_skip, unavailable
+from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
 
 pytestmark = pytest.mark.releases
@@ -140,3 +142,35 @@ def test_sglang_kernel_0_4_10(tmp_path: Path, platform: str) -> None:
     # warm: the same answer from the cache, no file read
     warm = census.census([site], [SM120, SM121], cache_root=tmp_path, env={})
     assert warm["files_read"] == 0 and warm["distributions"] == report["distributions"]
+
+
+def test_preflight_census_names_the_package_and_the_recipe(tmp_path: Path) -> None:
+    """End to end: `preflight --json` and text on a real SGLang 0.5.9 with a flashinfer-jit-cache
+    whose trtllm_comm module nvcc built for sm_120a only, planned for a DGX Spark (sm_121)."""
+    built = build_fatbins()
+    site = tmp_path / "site"
+    fetch_or_skip("sglang", "0.5.9", site)
+    mod = site / "flashinfer_jit_cache" / "jit_cache" / "trtllm_comm" / "trtllm_comm.so"
+    mod.parent.mkdir(parents=True)
+    shutil.copy(built / "sm_120a.so", mod)
+    info = site / "flashinfer_jit_cache-0.6.1.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(f"{mod.relative_to(site).as_posix()},,\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
+    base = [sys.executable, "-m", "sm120patch", "preflight", str(site / "sglang"), "--arch", "sm_121"]
+    base += ["--no-torch", "--probe", "none"]
+    r = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=300, env=env)
+    report = json.loads(r.stdout)
+    c = report["census"]
+    assert c["site_packages"] == [str(site.resolve())] and c["archs"] == ["sm_121"]
+    (p,) = [p for p in c["problems"] if p["package"] == "flashinfer-jit-cache"]
+    assert p["modules"] == ["flashinfer_jit_cache/jit_cache/trtllm_comm/trtllm_comm.so"]
+    assert p["you_will_see"] == ["CUDA error: no kernel image is available for execution on the device"]
+    assert "uninstall flashinfer-jit-cache" in p["fix"]
+    row = next(x for x in report["recipes"] if x["id"] == "sglang-allreduce-fusion-sm120")
+    assert any("flashinfer:trtllm_comm lives in flashinfer-jit-cache 0.6.1" in line for line in row["census"])
+    text = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env).stdout
+    assert "census: 1 distributions with CUDA code" in text
+    assert "you will see: CUDA error: no kernel image is available" in text
+    off = subprocess.run([*base, "--json", "--no-census"], capture_output=True, text=True, timeout=300, env=env)
+    assert "census" not in json.loads(off.stdout)

@@ -68,6 +68,11 @@ def _nvcc_version(nvcc: str) -> str:
 
 @pytest.fixture(scope="session")
 def built() -> Path:
+    return build_fatbins()
+
+
+def build_fatbins() -> Path:
+    """The files of BUILDS, built once (kept in the cache, keyed by nvcc's version and the flags)."""
     nvcc = shutil.which("nvcc")
     requires(nvcc is not None, "nvcc is not on PATH (it is on every CI box and dev machine here)")
     assert nvcc is not None
