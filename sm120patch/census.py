@@ -107,6 +107,17 @@ class _Cache:
             pass  # a cache that cannot be written only costs time
 
 
+def _valid(hit: Any) -> bool:
+    """A cache entry of the shape this version writes (anything else is re-read, not trusted)."""
+    return (
+        isinstance(hit, list)
+        and len(hit) == 4
+        and isinstance(hit[3], dict)
+        and isinstance(hit[3].get("groups"), list)
+        and isinstance(hit[3].get("error"), str)
+    )
+
+
 def _stamp(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
@@ -155,7 +166,7 @@ def distributions(site: Path, cache: _Cache) -> tuple[list[Dist], list[str]]:
             notes.append(f"{info}: no RECORD, so its files are not known (not censused)")
             continue
         hit = cache.records.get(info)
-        if hit and hit[:3] == stamp:
+        if isinstance(hit, list) and len(hit) == 4 and isinstance(hit[3], list) and hit[:3] == stamp:
             files = hit[3]
         else:
             files = _record_files(record)
@@ -214,6 +225,7 @@ def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) 
     prog = _Progress(total, progress)
     read = cached = done = 0
     out = []
+    seen: dict[str, list[Any]] = {}
     for d in dists:
         modules = []
         for rel in d.files:
@@ -224,17 +236,20 @@ def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) 
             except OSError:
                 continue  # RECORD lists it, the file is gone: nothing to load, nothing to fail
             hit = cache.files.get(rel)
-            if hit and hit[:3] == stamp:
+            if _valid(hit) and hit[:3] == stamp:
                 res, cached = hit[3], cached + 1
             else:
                 res, read = _read(Path(p)), read + 1
-                cache.files[rel] = [*stamp, res]
                 cache.dirty = True
                 prog.tick(done, d.name)
+            seen[rel] = [*stamp, res]
             if res["groups"] or res["error"]:
                 modules.append({"path": rel, **res})
         if modules:
             out.append({"name": d.name, "version": d.version, "modules": modules})
+    if set(seen) != set(cache.files):
+        cache.dirty = True  # files gone since the last census leave the cache with them
+    cache.files = seen
     cache.save(site)
     prog.finish(read)
     return {
@@ -492,6 +507,9 @@ def render_lines(report: dict[str, Any]) -> list[str]:
             out.append(f"    you will see: {e}")
         if p["fix"]:
             out.append(f"    fix: {p['fix']}")
+    for r in rows:
+        for u in r["unreadable"]:
+            out.append(f"  note: {r['name']}: {u['path']} could not be read ({u['error']}); not judged")
     for n in report["notes"]:
         out.append(f"  note: {n}")
     return out

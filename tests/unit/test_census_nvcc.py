@@ -266,3 +266,31 @@ def test_triton_ptxas_is_found_and_asked_its_version(tmp_path: Path) -> None:
     info = census.triton_ptxas([site], env={"TRITON_PTXAS_PATH": str(other)})
     assert info is not None and (info["source"], info["path"]) == ("TRITON_PTXAS_PATH", str(other))
     assert census.triton_ptxas([tmp_path / "empty"], env={}) is None
+
+
+def test_bad_files_and_a_bad_cache_are_reported_not_raised(tmp_path: Path, built: Path) -> None:
+    site = _site(tmp_path, built)
+    broken = site / "tiny_sm_120_so" / "sm_120.so"
+    data = broken.read_bytes()
+    broken.unlink()
+    broken.write_bytes(data[:4096])  # truncated: the section table is gone
+    info = site / "gone-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("gone/missing.so,,\n")  # listed, not there
+    (site / "norecord-1.0.dist-info").mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in ("x.json",):
+        (cache / name).write_text("{not json")
+    r = census.census([site], GPUS, cache_root=cache, env={})
+    row = next(x for x in r["distributions"] if x["name"] == "tiny-sm-120-so")
+    assert row["unreadable"] and "out of bounds" in row["unreadable"][0]["error"]
+    assert any("norecord-1.0.dist-info: no RECORD" in n for n in r["notes"])
+    assert not any(x["name"] == "gone" for x in r["distributions"])
+    text = "\n".join(census.render_lines(r))
+    assert "tiny_sm_120_so/sm_120.so could not be read" in text
+    # a cache file of the wrong shape is re-read, not trusted
+    for f in cache.glob("*.json"):
+        f.write_text(json.dumps({"schema": census.SCHEMA, "site": str(site), "files": {"x": 1}, "records": {"y": 2}}))
+    again = census.census([site], GPUS, cache_root=cache, env={})
+    assert again["files_read"] == r["files_read"] and again["distributions"] == r["distributions"]
