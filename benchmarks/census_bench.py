@@ -66,7 +66,7 @@ def sites() -> list[Path]:
 
 def candidates(ss: list[Path]) -> list[Path]:
     """The files the census considers: each RECORD's .so/.cubin/.fatbin files that exist."""
-    return [s / rel for s in ss for info in s.glob("*.dist-info") for rel in census._record_files(info / "RECORD")]
+    return [s / rel for s in ss for info in s.glob("*.dist-info") for rel in census.record_files(info / "RECORD")]
 
 
 def floor(files: list[Path]) -> None:

@@ -96,7 +96,7 @@ def preflight(
 
 def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:
     """A recipe whose kernels live in a package that has no image for a GPU says so (row["census"])."""
-    from sm120patch.census import recipe_notes
+    from sm120patch.census_verdicts import recipe_notes
 
     for rid, lines in recipe_notes(census, needs).items():
         for r in rows:
@@ -164,7 +164,7 @@ def render(report: dict[str, Any]) -> str:
         for line in r.get("census", []):
             out.append(f"{'':<{width}}  census: {line}")
     if report.get("census"):
-        from sm120patch.census import render_lines
+        from sm120patch.census_render import render_lines
 
         out += ["", *render_lines(report["census"])]
     return "\n".join(out)

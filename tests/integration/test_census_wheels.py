@@ -71,7 +71,7 @@ def _site(dist: str, version: str, platform: str, keep_wheel: bool = True) -> Pa
     try:
         with zipfile.ZipFile(whl) as z:
             for m in z.infolist():
-                if ".dist-info/" in m.filename or census._CANDIDATE.search(m.filename):
+                if ".dist-info/" in m.filename or census.CANDIDATE.search(m.filename):
                     z.extract(m, tmp)
         (tmp / ".complete").touch()
         try:

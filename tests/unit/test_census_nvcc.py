@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import census
+from sm120patch import census, census_ptxas, census_render
 from sm120patch.arch import Arch
 from sm120patch.elf import read_file_code
 from tests.conftest import requires
@@ -254,18 +254,18 @@ def test_triton_ptxas_is_found_and_asked_its_version(tmp_path: Path) -> None:
     bundled = site / "triton" / "backends" / "nvidia" / "bin" / "ptxas"
     bundled.parent.mkdir(parents=True)
     bundled.symlink_to(Path(str(real)).resolve())
-    info = census.triton_ptxas([site], env={})
+    info = census_ptxas.triton_ptxas([site], env={})
     assert info is not None and (info["source"], info["cuda"]) == ("bundled with triton", version)
-    targets = census.ptxas_targets(info, [Arch(12, 0), Arch(12, 1)])
+    targets = census_ptxas.ptxas_targets(info, [Arch(12, 0), Arch(12, 1)])
     # sm_120a needs CUDA >= 12.8, sm_121a CUDA >= 12.9 (CUDA release notes; device.min_cuda_for)
     want = tuple(int(x) for x in version.split("."))
     assert targets["sm_120"]["ok"] is (want >= (12, 8))
     assert targets["sm_121"]["ok"] is (want >= (12, 9))
     other = tmp_path / "ptxas"
     other.symlink_to(Path(str(real)).resolve())
-    info = census.triton_ptxas([site], env={"TRITON_PTXAS_PATH": str(other)})
+    info = census_ptxas.triton_ptxas([site], env={"TRITON_PTXAS_PATH": str(other)})
     assert info is not None and (info["source"], info["path"]) == ("TRITON_PTXAS_PATH", str(other))
-    assert census.triton_ptxas([tmp_path / "empty"], env={}) is None
+    assert census_ptxas.triton_ptxas([tmp_path / "empty"], env={}) is None
 
 
 def test_bad_files_and_a_bad_cache_are_reported_not_raised(tmp_path: Path, built: Path) -> None:
@@ -287,7 +287,7 @@ def test_bad_files_and_a_bad_cache_are_reported_not_raised(tmp_path: Path, built
     assert row["unreadable"] and "out of bounds" in row["unreadable"][0]["error"]
     assert any("norecord-1.0.dist-info: no RECORD" in n for n in r["notes"])
     assert not any(x["name"] == "gone" for x in r["distributions"])
-    text = "\n".join(census.render_lines(r))
+    text = "\n".join(census_render.render_lines(r))
     assert "tiny_sm_120_so/sm_120.so could not be read" in text
     # a cache file of the wrong shape is re-read, not trusted
     for f in cache.glob("*.json"):
