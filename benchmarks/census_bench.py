@@ -6,8 +6,8 @@ tests/integration/fi_releases.py (thousands of .so files, most without a fatbin)
 unpacked sglang-kernel 0.4.10 (x86_64 and aarch64, 1.2 GB) and torchvision wheels of
 tests/integration/test_census_wheels.py. Run those tests first to fill the cache.
 
-Plus a synthetic distribution of --cubins loose cubins, the size of flashinfer-cubin's
-file count (none of its wheels is in the test cache).
+And flashinfer-cubin's 5,292 loose cubins (the tree the probe tests unpack), or, when that
+is not cached, a synthetic distribution of --cubins loose cubins of the same order.
 
 The floor, measured in the same run: `os.stat` of every file the census considers (the
 RECORD-listed .so/.cubin files), which any cache keyed by size/mtime/inode must do.
@@ -59,7 +59,7 @@ def cubin_site(root: Path, n: int) -> Path:
 
 def sites() -> list[Path]:
     root = cache_dir()
-    found = sorted((root / "trees").glob("census-*"))
+    found = sorted((root / "trees").glob("census-*")) + sorted((root / "trees").glob("flashinfer-cubin-*"))
     found += sorted((root / "pypi" / "venvs").glob("*/lib/python3*/site-packages"))
     return [s for s in found if s.is_dir()]
 
@@ -89,7 +89,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--cubins", type=int, default=4000, help="loose cubins in a synthetic distribution (0: none)")
+    ap.add_argument(
+        "--cubins",
+        type=int,
+        default=-1,
+        help="loose cubins in a synthetic distribution (default: 4000 when no "
+        "real flashinfer-cubin tree is cached, else 0)",
+    )
     a = ap.parse_args()
     ss = sites()
     if not ss:
@@ -98,8 +104,9 @@ def main() -> int:
     archs = [Arch(12, 0), Arch(12, 1)]
     with tempfile.TemporaryDirectory(prefix="sm120patch-census-bench-") as tmp:
         cache = Path(tmp) / "cache"
-        if a.cubins:
-            ss = [*ss, cubin_site(Path(tmp), a.cubins)]
+        n = a.cubins if a.cubins >= 0 else (0 if any("flashinfer-cubin" in s.name for s in ss) else 4000)
+        if n:
+            ss = [*ss, cubin_site(Path(tmp), n)]
         paths = candidates(ss)
         files = len(paths)
         floor_s, _ = timed(lambda: floor(paths), a.reps)

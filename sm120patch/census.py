@@ -289,6 +289,7 @@ def census(
             "modules": g["cannot_run"] + g["partial"],
             "you_will_see": g["you_will_see"],
             "fix": g["fix"],
+            "note": g["note"],
         }
         for r in rows
         for a, g in r["gpus"].items()

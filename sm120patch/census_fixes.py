@@ -42,6 +42,20 @@ _KNOWN = {
 }
 
 
+# What the user meets instead of the CUDA error, where the package picks its images per GPU itself
+_NOTES = {
+    "flashinfer-cubin": "FlashInfer picks these cubins by the GPU they are named for (Sm100a, sm100f, ...), so "
+    "missing ones are expected on other GPUs: a trtllm-gen backend asked for on {arch} stops with its own "
+    "'Unsupported architecture' (diagnose: trtllm-gen-unsupported-arch) before any CUDA error; backends that "
+    "JIT-compile for {arch} do not use these",
+}
+
+
+def note_for(dist: str, gpu: Arch) -> str:
+    """How the failure shows instead, for packages that choose their images themselves ("" if none)."""
+    return _NOTES.get(dist, "").format(arch=gpu.name)
+
+
 def arch_list(gpu: Arch, carried_sass: Sequence[str]) -> str:
     """TORCH_CUDA_ARCH_LIST for a rebuild that covers `gpu` (and its family, for SM12x)."""
     specific = any(n.endswith("a") for n in carried_sass)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 _STATUS = {"ok": "ok", "jit": "ok (JIT)", "partial": "partial", "some": "SOME", "none": "NO"}
@@ -9,6 +10,18 @@ _STATUS = {"ok": "ok", "jit": "ok (JIT)", "partial": "partial", "some": "SOME", 
 
 def _span(names: list[str]) -> str:
     return " ".join(names) if len(names) <= 6 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
+def _modules(mods: list[str]) -> str:
+    """A few modules by name; many (thousands of loose cubins) by count and common folder."""
+    if len(mods) <= 4:
+        return ", ".join(mods)
+    common = os.path.commonpath(mods)
+    return (
+        f"{len(mods)} files under {common}/ (e.g. {os.path.basename(mods[0])})"
+        if common
+        else (", ".join(mods[:3]) + f" and {len(mods) - 3} more")
+    )
 
 
 def render_lines(report: dict[str, Any]) -> list[str]:
@@ -38,14 +51,15 @@ def render_lines(report: dict[str, Any]) -> list[str]:
             ptx = _span(r["ptx"]) + (f" (ISA {', '.join(r['ptx_isa'])})" if r["ptx_isa"] else "") if r["ptx"] else "-"
             out.append(f"  {r['name']:<{w}}  {r['version'][:14]:<14} {cells}  {_span(r['sass']) or '-'} / {ptx}")
     for p in report["problems"]:
-        mods = p["modules"]
-        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        shown = _modules(p["modules"])
         what = "have no image for" if p["status"] in ("none", "some") else "lack code in some translation units for"
         out.append(f"  {p['package']} {p['version']} on {p['gpu']}: {shown} {what} {p['gpu']}")
         for e in p["you_will_see"]:
             out.append(f"    you will see: {e}")
         if p["fix"]:
             out.append(f"    fix: {p['fix']}")
+        if p.get("note"):
+            out.append(f"    note: {p['note']}")
     for r in rows:
         for u in r["unreadable"]:
             out.append(f"  note: {r['name']}: {u['path']} could not be read ({u['error']}); not judged")

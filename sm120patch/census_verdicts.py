@@ -78,7 +78,7 @@ def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
 
 def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) -> list[dict[str, Any]]:
     """Per distribution: the images it carries and, per GPU, what runs and the fix for what does not."""
-    from sm120patch.census_fixes import fix_for
+    from sm120patch.census_fixes import fix_for, note_for
 
     rows = []
     for d in scan["distributions"]:
@@ -103,6 +103,7 @@ def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) 
                 "modules": verdicts,
                 "you_will_see": [f"CUDA error: {e}" for e in errors],
                 "fix": fix_for(d["name"], d["version"], a, _images(mods, "sass")) if none or partial else "",
+                "note": note_for(d["name"], a) if none or partial else "",
             }
         rows.append(
             {

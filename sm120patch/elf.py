@@ -264,18 +264,24 @@ _TKINFO = ".note.nv.tkinfo"
 _TKINFO_ARCH = re.compile(rb"-arch[= ]sm_(\d+)([af]?)\b")
 
 
+_EF_CUDA_ARCH_SPECIFIC = 0x08  # e_flags bit, ABI 8, on cubins without the ptxas command line
+
+
 def _cubin_suffix(read: Reader, h: _Header) -> str:
-    """`a`, `f` or "" of a cubin's target. e_flags do not tell (nvcc 13.0 writes the same
-    0x6007802 for sm_120, sm_120a and sm_120f), but the `.note.nv.tkinfo` note keeps the
-    ptxas command line (`-arch sm_120a -m 64`). Without that note: "" (read as plain)."""
+    """`a`, `f` or "" of a cubin's target. nvcc's own cubins keep the ptxas command line in
+    `.note.nv.tkinfo` (`-arch sm_120a -m 64`); their e_flags do not tell (nvcc 13.0 writes
+    0x6007802 for sm_120, sm_120a and sm_120f alike). Cubins from NVIDIA's internal assembler
+    (flashinfer-cubin's trtllm-gen kernels, CUDA 12.9) have no `-arch` there but set bit 0x08
+    for `a` (sm_100a: 0x..640c, sm_103a: 0x..670a; sm_100f: 0x..6402). Without either: ""."""
     try:
         for name, _t, off, size in _section_rows(read, h):
             if name == _TKINFO:
                 m = _TKINFO_ARCH.search(read(off, min(size, 4096)))
-                return m.group(2).decode() if m else ""
+                if m:
+                    return m.group(2).decode()
     except (ElfError, struct.error):
-        return ""
-    return ""
+        pass
+    return "a" if h.abiversion > ELFABIVERSION_CUDA_V1 and h.flags & _EF_CUDA_ARCH_SPECIFIC else ""
 
 
 def scan_file(path: Path) -> FileArchs:

@@ -34,7 +34,7 @@ import pytest
 
 from sm120patch import census
 from sm120patch.arch import Arch
-from tests.conftest import fetch_or_skip, unavailable
+from tests.conftest import fetch_or_skip, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
 
@@ -174,3 +174,30 @@ def test_preflight_census_names_the_package_and_the_recipe(tmp_path: Path) -> No
     assert "you will see: CUDA error: no kernel image is available" in text
     off = subprocess.run([*base, "--json", "--no-census"], capture_output=True, text=True, timeout=300, env=env)
     assert "census" not in json.loads(off.stdout)
+
+
+def test_flashinfer_cubin_images_match_their_names(tmp_path: Path) -> None:
+    """flashinfer-cubin 0.6.1 (the tree the probe tests use): each trtllm-gen cubin's name says
+    the target it was built for (`fmhaSm103aKernel_...`, `..._sm100f.cubin`); the census reads
+    the same from the bytes, and on SM12x none of its 5,292 cubins has an image."""
+    import re
+
+    site = pristine_or_skip("flashinfer-cubin", "0.6.1")
+    report = census.census([site], [Arch(10, 0), Arch(10, 3), SM121], cache_root=tmp_path, env={})
+    fc = _row(report, "flashinfer-cubin")
+    named = 0
+    for gpu in ("sm_100", "sm_103", "sm_121"):
+        modules = fc["gpus"][gpu]["modules"]
+        for path, v in modules.items():
+            m = re.findall(r"(?i)sm_?(\d{3})([af]?)(?![0-9])", Path(path).name)
+            if not m:
+                continue
+            named += 1
+            sm, suffix = int(m[-1][0]), m[-1][1].lower()
+            want = {"sm_100": (10, 0), "sm_103": (10, 3), "sm_121": (12, 1)}[gpu]
+            # the documented rules applied to the name's target, by hand
+            runs = (sm // 10, sm % 10) == want if suffix == "a" else (sm // 10 == want[0] and sm % 10 <= want[1])
+            assert (v["status"] == "ok") is runs, (path, gpu, v)
+    assert named > 4000
+    assert fc["gpus"]["sm_121"]["status"] == "none" and len(fc["gpus"]["sm_121"]["cannot_run"]) == 5292
+    assert "Unsupported architecture" in next(p for p in report["problems"] if p["gpu"] == "sm_121")["note"]

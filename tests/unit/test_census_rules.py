@@ -120,3 +120,19 @@ def test_fix_asks_for_the_family_with_the_suffix_the_package_uses() -> None:
     assert "some-ext==1.2" in fix_for("some-ext", "1.2", A(12, 1), ["sm_90"])
     assert "download.pytorch.org/whl/cu128" in fix_for("torch", "2.1.0", A(12, 0), ["sm_90"])
     assert "uninstall flashinfer-jit-cache" in fix_for("flashinfer-jit-cache", "0.6.1", A(12, 1), [])
+
+
+@pytest.mark.parametrize(
+    "flags, suffix",
+    # e_flags of real flashinfer-cubin 0.6.1 cubins (no -arch in their tkinfo note), named
+    # fmhaSm100aKernel_* / fmhaSm103aKernel_* / *_sm100f.cubin; and nvcc 13.0's sm_120 cubin
+    [(0xF00640C, "a"), (0x600670A, "a"), (0x6006402, ""), (0x6007802, "")],
+)
+def test_cubin_suffix_from_e_flags_without_the_ptxas_command_line(tmp_path, flags: int, suffix: str) -> None:
+    from sm120patch.elf import read_file_code
+    from tests.unit.fi_fakes import elf64_header
+
+    path = tmp_path / "k.cubin"
+    path.write_bytes(elf64_header(190, flags, 8) + b"\0" * 32)
+    (entry,) = read_file_code(path).entries
+    assert (entry.sm, entry.suffix) == ((flags >> 8) & 0xFF, suffix)
