@@ -136,3 +136,21 @@ def test_cubin_suffix_from_e_flags_without_the_ptxas_command_line(tmp_path, flag
     path.write_bytes(elf64_header(190, flags, 8) + b"\0" * 32)
     (entry,) = read_file_code(path).entries
     assert (entry.sm, entry.suffix) == ((flags >> 8) & 0xFF, suffix)
+
+
+def test_site_packages_of_an_interpreter_and_of_a_package(tmp_path) -> None:
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    from sm120patch.census import site_packages_for, site_packages_of, sites_for
+
+    here = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert here in site_packages_for(sys.executable)  # asked in a subprocess
+    assert site_packages_for(str(tmp_path / "no-python")) == []
+    site = tmp_path / "site"
+    (site / "pkg" / "sub").mkdir(parents=True)
+    (site / "pkg-1.0.dist-info").mkdir()
+    assert site_packages_of(site / "pkg" / "sub") == site
+    assert sites_for((), None, [site / "pkg"]) == [site.resolve()]
+    assert sites_for([site], sys.executable, []) == [site.resolve()]  # --site-packages wins
