@@ -178,6 +178,10 @@ def preflight_cmd(
     without a GPU: `sm120patch preflight --arch sm_120`.
 
     \b
+    Can a DGX Spark run this venv's wheels? (the census; docs/census.md)
+      sm120patch preflight --python /opt/venv/bin/python --arch sm_121
+
+    \b
     On a GPU node (an init container before the server starts):
       sm120patch preflight --bundle /opt/sm120patch/bundle
     exits 1, naming the recipe and the command that takes it back, when the node cannot
