@@ -32,6 +32,20 @@ from sm120patch.arch import Arch
 
 SCHEMA = 2
 PROGRESS_AFTER_S = 2.0
+# Distributions whose GPU builds always carry CUDA code: one without any is a CPU build
+EXPECT_CUDA = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "vllm",
+        "sglang-kernel",
+        "sgl-kernel",
+        "flash-attn",
+        "xformers",
+        "flashinfer-jit-cache",
+    }
+)
 CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
 _SITE_SCRIPT = "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
 
@@ -244,6 +258,11 @@ def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) 
                 modules.append({"path": rel, **res})
         if modules:
             out.append({"name": d.name, "version": d.version, "modules": modules})
+        elif d.name in EXPECT_CUDA and d.files:
+            notes.append(
+                f"{d.name} {d.version} has no CUDA code in its {len(d.files)} shared objects (a CPU build): "
+                f"every CUDA op it has fails on any GPU; install its CUDA build"
+            )
     if set(seen) != set(cache.files):
         cache.dirty = True  # files gone since the last census leave the cache with them
     cache.files = seen

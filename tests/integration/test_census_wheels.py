@@ -201,3 +201,16 @@ def test_flashinfer_cubin_images_match_their_names(tmp_path: Path) -> None:
     assert named > 4000
     assert fc["gpus"]["sm_121"]["status"] == "none" and len(fc["gpus"]["sm_121"]["cannot_run"]) == 5292
     assert "Unsupported architecture" in next(p for p in report["problems"] if p["gpu"] == "sm_121")["note"]
+
+
+def test_a_cpu_torch_is_named_as_such(tmp_path: Path) -> None:
+    """The CPU torch 2.13.0 of the probe tests' venv (`+cpu` in its version: PyTorch's CPU
+    index) carries no CUDA code; the census says so instead of listing nothing."""
+    from tests.integration.fi_releases import spec_venv
+
+    py = spec_venv()
+    (site,) = {s for s in census.site_packages_for(str(py))}
+    report = census.census([site], [SM120], cache_root=tmp_path, env={})
+    assert not [r for r in report["distributions"] if r["name"] == "torch"]
+    (note,) = [n for n in report["notes"] if n.startswith("torch ")]
+    assert "+cpu" in note and "no CUDA code" in note
