@@ -8,7 +8,7 @@ DEMO   ?= demo
 DEMO_SGLANG ?= 0.5.9
 DEMO_FLASHINFER ?= 0.6.3
 
-.PHONY: venv test test-unit test-releases reliability lint demo docs bench triage-score clean
+.PHONY: venv test test-unit test-releases reliability lint demo docs bench bench-census triage-score clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,11 @@ docs: venv
 ## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
+	$(PY) benchmarks/census_bench.py
+
+## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
+bench-census: venv
+	$(PY) benchmarks/census_bench.py
 
 ## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision into docs/crashed.md
 triage-score: venv

@@ -144,6 +144,16 @@ def probe_cmd(
     metavar="FILE",
     help="Also write the JSON report to FILE (e.g. a volume the server container reads).",
 )
+@click.option(
+    "--site-packages",
+    "site_packages",
+    multiple=True,
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    metavar="DIR",
+    help="Census the compiled CUDA code in DIR (repeatable; default: --python's site-packages, or the one "
+    "holding PATH).",
+)
+@click.option("--no-census", is_flag=True, help="Skip the census of compiled extensions (SASS/PTX per GPU).")
 @json_option
 def preflight_cmd(
     path: Path | None,
@@ -156,13 +166,22 @@ def preflight_cmd(
     no_torch: bool,
     bundle_dir: Path | None,
     report_file: Path | None,
+    site_packages: tuple[Path, ...],
+    no_census: bool,
     as_json: bool,
 ) -> None:
     """What will sm120patch do on this box? GPUs, driver, CUDA, torch, the SGLang and
     FlashInfer it would patch and probe, and per recipe: status, probe verdict, rung, advice.
+    Then a census of every installed distribution with compiled CUDA code (torch,
+    sglang-kernel, FlashInfer's caches, vLLM, ...): the SASS and PTX it carries, whether each
+    GPU can run it, what you would see if not and what to install; and Triton's ptxas.
 
     PATH defaults to the SGLang installed for --python (or this interpreter). Works
     without a GPU: `sm120patch preflight --arch sm_120`.
+
+    \b
+    Can a DGX Spark run this venv's wheels? (the census; docs/census.md)
+      sm120patch preflight --python /opt/venv/bin/python --arch sm_121
 
     \b
     On a GPU node (an init container before the server starts):
@@ -184,7 +203,17 @@ def preflight_cmd(
     targets = [installed_for(python, package or "sglang")] if path is None else discover(path, package)
     archs, arch_note = resolve_archs(arch)
     fi = resolve_flashinfer(targets, flashinfer, python)
-    report = preflight(targets, recipes, archs, arch_note, fi, level, with_torch=not no_torch, python=python)
+    report = preflight(
+        targets,
+        recipes,
+        archs,
+        arch_note,
+        fi,
+        level,
+        with_torch=not no_torch,
+        python=python,
+        census_sites=None if no_census else list(site_packages),
+    )
     if report_file is not None:
         report_file.parent.mkdir(parents=True, exist_ok=True)
         report_file.write_text(json.dumps(report, indent=2, default=str) + "\n")

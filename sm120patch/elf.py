@@ -3,16 +3,27 @@
 The artifact probe must answer "is there SM120 code here?" without CUDA, a GPU or
 cuobjdump, so this reads the two formats directly: a cubin is an ELF file with
 e_machine EM_CUDA whose e_flags carry the SM number, and a host .so built by nvcc
-carries a `.nv_fatbin` section of fatbin containers, one entry per (kind, arch).
-Only headers are read; payloads (possibly compressed) are never decoded.
+carries a `.nv_fatbin` section of fatbin containers (one per translation unit), one
+entry per (kind, arch). Only headers are read, by seeking: the ELF header, the section
+header table, the section names and each fatbin entry's header; payloads (possibly
+compressed: nvcc 13 compresses PTX by default and SASS with `-Xfatbin -compress-all`)
+are skipped, so a 1 GB extension costs a few kilobytes of reads.
+
+Fatbin entry header (little-endian), as nvcc 13.0 writes it (checked on its output in
+tests/unit/test_census_nvcc.py): u16 kind (1 PTX, 2 ELF/SASS), u16 version, u32
+header size, u64 payload size, u32 compressed size, u32 -, u16 minor, u16 major (for
+PTX: the PTX ISA version, e.g. 9.0 from CUDA 13.0), u32 SM number, u32/u32 name,
+u64 flags (0x100000 `a`, 0x200000 `f`, 0x2000/0x8000 compressed).
 """
 
 from __future__ import annotations
 
+import re
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
@@ -23,6 +34,11 @@ _KINDS = {1: "ptx", 2: "sass"}
 # Entry flag bits seen with nvcc 13.0 (sm_90a, sm_120a, sm_120f): the arch-specific suffix.
 _FLAG_ARCH_SPECIFIC = 0x100000
 _FLAG_FAMILY = 0x200000
+_FLAG_COMPRESSED = 0x2000 | 0x8000  # CUDA 11-12 `-compress-all` (0x2000); CUDA 12.8+ compress modes (0x8000)
+# Bounds that keep a corrupt or hostile file from making the reader loop or allocate without end
+_MAX_SECTIONS = 65536
+_MAX_NAMES = 1 << 22
+_MAX_ENTRIES = 1 << 22
 
 
 class ElfError(ValueError):
@@ -35,10 +51,17 @@ class FatbinEntry:
     sm: int  # e.g. 120
     suffix: str  # "a", "f" or ""
     compressed: bool
+    isa: str = ""  # PTX entries: the PTX ISA version ("9.0"); "" for SASS
+    container: int = 0  # which fatbin container (translation unit) of the section it is in
 
     @property
     def name(self) -> str:
         return f"sm_{self.sm}{self.suffix}"
+
+    @property
+    def code(self) -> str:
+        """Compact text form, `sass:sm_120a` or `ptx:sm_120:9.0` (what the census caches)."""
+        return f"{self.kind}:{self.name}" + (f":{self.isa}" if self.isa else "")
 
 
 @dataclass
@@ -108,87 +131,165 @@ def cubin_sm(data: bytes) -> int:
     return sm_from_flags(h.flags, h.abiversion)
 
 
-def _sections(data: bytes, h: _Header) -> Iterator[tuple[str, int, int]]:
-    """(name, offset, size) of each section."""
+Reader = Callable[[int, int], bytes]  # read(offset, size) -> at most `size` bytes
+
+
+def _bytes_reader(data: bytes) -> Reader:
+    return lambda off, size: data[off : off + size] if off >= 0 else b""
+
+
+def _file_reader(f: BinaryIO) -> Reader:
+    def read(off: int, size: int) -> bytes:
+        if off < 0 or size < 0:
+            return b""
+        f.seek(off)
+        return f.read(size)
+
+    return read
+
+
+def _section_rows(read: Reader, h: _Header) -> Iterator[tuple[str, int, int, int]]:
+    """(name, type, offset, size) of each section, from the section header table and the names."""
     if not h.shoff or not h.shnum:
         return
     fmt = h.endian + ("IIQQQQIIQQ" if h.is64 else "IIIIIIIIII")
     need = struct.calcsize(fmt)
-    if h.shentsize < need or h.shoff + h.shnum * h.shentsize > len(data):
+    if h.shentsize < need or h.shnum > _MAX_SECTIONS:
+        raise ElfError("bad section header table")
+    table = read(h.shoff, h.shnum * h.shentsize)
+    if len(table) < h.shnum * h.shentsize:
         raise ElfError("section header table out of bounds")
-    rows = [struct.unpack_from(fmt, data, h.shoff + i * h.shentsize) for i in range(h.shnum)]
+    rows = [struct.unpack_from(fmt, table, i * h.shentsize) for i in range(h.shnum)]
     if h.shstrndx >= len(rows):
         raise ElfError("bad section name table index")
     str_off, str_size = rows[h.shstrndx][4], rows[h.shstrndx][5]
-    names = data[str_off : str_off + str_size]
+    names = read(str_off, min(str_size, _MAX_NAMES))
     for r in rows:
         name_end = names.find(b"\0", r[0])
         name = names[r[0] : name_end if name_end >= 0 else None].decode("ascii", "replace")
-        sh_type, offset, size = r[1], r[4], r[5]
+        yield name, r[1], r[4], r[5]
+
+
+def _sections(data: bytes, h: _Header) -> Iterator[tuple[str, int, int]]:
+    """(name, offset, size) of each section of an ELF held in memory."""
+    for name, sh_type, offset, size in _section_rows(_bytes_reader(data), h):
         if sh_type != 8:  # SHT_NOBITS has no bytes in the file
             yield name, offset, size
 
 
-def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
-    """Entries of the fatbin containers laid end to end in `blob` (a .nv_fatbin section)."""
+def _walk_fatbin(read: Reader, start: int, size: int) -> list[FatbinEntry]:
+    """Entries of the fatbin containers laid end to end in [start, start+size), headers only."""
     out: list[FatbinEntry] = []
-    pos = 0
-    while pos + 16 <= len(blob):
-        magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, pos)
+    pos, stop, container = start, start + size, 0
+    while pos + 16 <= stop and len(out) < _MAX_ENTRIES:
+        head = read(pos, 16)
+        if len(head) < 16:
+            raise ElfError(f"fatbin container header at {pos} is past the end of the file")
+        magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", head)
         if magic != FATBIN_MAGIC:
             # containers are 8-byte aligned; skip padding, stop at anything else
             if magic == 0:
                 pos += 8
                 continue
             break
-        q, end = pos + hsize, min(pos + hsize + fsize, len(blob))
-        while q + 32 <= end:
-            kind, _ev, ehsize, psize = struct.unpack_from("<HHIQ", blob, q)
+        if hsize < 16:
+            raise ElfError(f"fatbin container header size {hsize} at {pos}")
+        q, end = pos + hsize, min(pos + hsize + fsize, stop)
+        while q + 32 <= end and len(out) < _MAX_ENTRIES:
+            eh = read(q, 64)
+            if len(eh) < 32:
+                raise ElfError(f"fatbin entry header at {q} is past the end of the file")
+            kind, _ev, ehsize, psize = struct.unpack_from("<HHIQ", eh)
             if ehsize < 32:
                 raise ElfError(f"fatbin entry header size {ehsize} at {q}")
-            sm = struct.unpack_from("<I", blob, q + 28)[0]
-            flags = struct.unpack_from("<Q", blob, q + 40)[0] if ehsize >= 48 else 0
+            minor, major, sm = struct.unpack_from("<HHI", eh, 24)
+            flags = struct.unpack_from("<Q", eh, 40)[0] if ehsize >= 48 and len(eh) >= 48 else 0
             suffix = "f" if flags & _FLAG_FAMILY else "a" if flags & _FLAG_ARCH_SPECIFIC else ""
-            out.append(
-                FatbinEntry(_KINDS.get(kind, f"kind{kind}"), sm, suffix, bool(flags & 0x2000) or bool(flags & 0x8000))
-            )
+            kind_name = _KINDS.get(kind, f"kind{kind}")
+            isa = f"{major}.{minor}" if kind_name == "ptx" and major else ""
+            out.append(FatbinEntry(kind_name, sm, suffix, bool(flags & _FLAG_COMPRESSED), isa, container))
             q += ehsize + psize
+        container += 1
         pos = pos + hsize + fsize
     return out
 
 
-def so_fatbin_entries(data: bytes) -> list[FatbinEntry]:
-    """Fatbin entries inside the `.nv_fatbin` section of a host ELF (.so)."""
-    h = _header(data)
+def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
+    """Entries of the fatbin containers laid end to end in `blob` (a .nv_fatbin section)."""
+    return _walk_fatbin(_bytes_reader(blob), 0, len(blob))
+
+
+def _fatbin_sections(read: Reader, h: _Header) -> list[FatbinEntry]:
     out: list[FatbinEntry] = []
-    for name, off, size in _sections(data, h):
-        if name == FATBIN_SECTION:
-            out.extend(fatbin_entries(data[off : off + size]))
+    for name, sh_type, off, size in _section_rows(read, h):
+        if name == FATBIN_SECTION and sh_type != 8:
+            base = out[-1].container + 1 if out else 0
+            out.extend(replace(e, container=e.container + base) for e in _walk_fatbin(read, off, size))
     return out
+
+
+def so_fatbin_entries(data: bytes) -> list[FatbinEntry]:
+    """Fatbin entries inside the `.nv_fatbin` section of a host ELF (.so) held in memory."""
+    return _fatbin_sections(_bytes_reader(data), _header(data))
+
+
+@dataclass
+class FileCode:
+    """What one file holds, read by seeks: its kind and, for a host ELF, its fatbin entries."""
+
+    kind: str  # "cubin", "so" (any host ELF), "other"
+    entries: list[FatbinEntry] = field(default_factory=list)
+    error: str = ""
+
+
+def read_file_code(path: Path) -> FileCode:
+    """Classify one file and read its fatbin entry headers (a cubin counts as one SASS entry);
+    reads only headers, never the payloads; never raises for bad input."""
+    try:
+        with open(path, "rb") as f:
+            read = _file_reader(f)
+            head = read(0, 64)
+            if head[:4] != ELF_MAGIC:
+                return FileCode("other")
+            h = _header(head)
+            if h.machine == EM_CUDA:
+                sm = sm_from_flags(h.flags, h.abiversion)
+                return FileCode("cubin", [FatbinEntry("sass", sm, _cubin_suffix(read, h), False)])
+            return FileCode("so", _fatbin_sections(read, h))
+    except (OSError, ElfError, struct.error, ValueError) as e:
+        return FileCode("other" if isinstance(e, OSError) else "so", error=str(e) or type(e).__name__)
+
+
+_TKINFO = ".note.nv.tkinfo"
+_TKINFO_ARCH = re.compile(rb"-arch[= ]sm_(\d+)([af]?)\b")
+
+
+_EF_CUDA_ARCH_SPECIFIC = 0x08  # e_flags bit, ABI 8, on cubins without the ptxas command line
+
+
+def _cubin_suffix(read: Reader, h: _Header) -> str:
+    """`a`, `f` or "" of a cubin's target. nvcc's own cubins keep the ptxas command line in
+    `.note.nv.tkinfo` (`-arch sm_120a -m 64`); their e_flags do not tell (nvcc 13.0 writes
+    0x6007802 for sm_120, sm_120a and sm_120f alike). Cubins from NVIDIA's internal assembler
+    (flashinfer-cubin's trtllm-gen kernels, CUDA 12.9) have no `-arch` there but set bit 0x08
+    for `a` (sm_100a: 0x..640c, sm_103a: 0x..670a; sm_100f: 0x..6402). Without either: ""."""
+    try:
+        for name, _t, off, size in _section_rows(read, h):
+            if name == _TKINFO:
+                m = _TKINFO_ARCH.search(read(off, min(size, 4096)))
+                if m:
+                    return m.group(2).decode()
+    except (ElfError, struct.error):
+        pass
+    return "a" if h.abiversion > ELFABIVERSION_CUDA_V1 and h.flags & _EF_CUDA_ARCH_SPECIFIC else ""
 
 
 def scan_file(path: Path) -> FileArchs:
     """Classify one file and list its SM numbers; never raises for bad input."""
-    res = FileArchs(str(path), "other")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if head[:4] != ELF_MAGIC:
-                return res
-            h = _header(head)
-            if h.machine == EM_CUDA:
-                res.kind = "cubin"
-                res.sass = [sm_from_flags(h.flags, h.abiversion)]
-                return res
-            res.kind = "so"
-            f.seek(0)
-            data = f.read()
-        entries = so_fatbin_entries(data)
-    except (OSError, ElfError, struct.error) as e:
-        res.error = str(e) or type(e).__name__
-        return res
-    res.sass = sorted({e.sm for e in entries if e.kind == "sass"})
-    res.ptx = sorted({e.sm for e in entries if e.kind == "ptx"})
+    code = read_file_code(path)
+    res = FileArchs(str(path), code.kind, error=code.error)
+    res.sass = sorted({e.sm for e in code.entries if e.kind == "sass"})
+    res.ptx = sorted({e.sm for e in code.entries if e.kind == "ptx"})
     return res
 
 

@@ -41,7 +41,9 @@ def preflight(
     level: str,
     with_torch: bool = True,
     python: str | None = None,
+    census_sites: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
+    """`census_sites`: site-packages to census ([]: --python's or the targets'); None (default): no census."""
     from sm120patch.device import can_build_for, detect
 
     machine = detect(list(archs) if arch_source == "--arch" else None, python=python, with_torch=with_torch)
@@ -73,7 +75,7 @@ def preflight(
         a.name: dict(zip(("ok", "why"), can_build_for(machine.cuda, a, family=a.major == 12), strict=True))
         for a in archs
     }
-    return {
+    report: dict[str, Any] = {
         "machine": machine.to_dict(),
         "archs": [a.name for a in archs],
         "arch_source": arch_source,
@@ -83,6 +85,23 @@ def preflight(
         "probe_level": level,
         "recipes": rows,
     }
+    if census_sites is not None:  # compiled code in the environment vs these GPUs (census.py)
+        from sm120patch.census import for_preflight
+
+        dirs = [t.package_dir for t in targets]
+        report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
+        _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
+    return report
+
+
+def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:
+    """A recipe whose kernels live in a package that has no image for a GPU says so (row["census"])."""
+    from sm120patch.census_verdicts import recipe_notes
+
+    for rid, lines in recipe_notes(census, needs).items():
+        for r in rows:
+            if r["id"] == rid:
+                r["census"] = lines
 
 
 def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
@@ -142,4 +161,10 @@ def render(report: dict[str, Any]) -> str:
     for r in report["recipes"]:
         out.append(f"{r['id']:<{width}}  {r['status']:<14} {r['rung']:<8} {r['advice']}")
         out.append(f"{'':<{width}}  {r['reason']}")
+        for line in r.get("census", []):
+            out.append(f"{'':<{width}}  census: {line}")
+    if report.get("census"):
+        from sm120patch.census_render import render_lines
+
+        out += ["", *render_lines(report["census"])]
     return "\n".join(out)

@@ -39,6 +39,9 @@ REAL_LINES = {
     "nsa-page-table-1-flattened": "AttributeError: 'PrefillMetadata' object has no attribute 'page_table_1_flattened'",
     # https://github.com/flashinfer-ai/flashinfer/pull/2839
     "no-kernel-image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    # NVIDIA/nvbandwidth#61 (driver 580, binary built by CUDA 13.2)
+    "ptx-jit-too-new": "[cudaErrorUnsupportedPtxVersion] the provided PTX was compiled with an unsupported toolchain. "
+    "in expression cudaGetLastError()",
     # https://github.com/RLinf/RLinf/issues/92
     "ptxas-unknown-sm12x": "ptxas fatal   : Value 'sm_120' is not defined for option 'gpu-name'",
     # https://github.com/flashinfer-ai/flashinfer/issues/2065

@@ -1,0 +1,353 @@
+"""Census of an environment's compiled CUDA code: can these GPUs run it, and if not, what to install.
+
+Users on SM12x most often die on "no kernel image is available for execution on the device"
+from a wheel that simply has no code for their GPU. This walks every distribution installed
+in a site-packages (its dist-info RECORD names its files), reads the fatbin headers of its
+shared objects and its loose cubins (elf.py: seeks, never whole files), and judges each
+module per GPU with the loader's rules (archcompat.py, via census_verdicts.py). It also
+finds the ptxas Triton would use (census_ptxas.py); census_render.py writes the text.
+
+Fast enough for every start: each file's reading is cached by (size, mtime, inode), each
+RECORD's list of candidate files too, in one JSON file per site-packages under the probe
+cache; a warm census stats files and reads nothing else. A cold one reports progress on
+stderr once it has taken over two seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120patch.arch import Arch
+
+SCHEMA = 2
+PROGRESS_AFTER_S = 2.0
+# Distributions whose GPU builds always carry CUDA code: one without any is a CPU build
+EXPECT_CUDA = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "vllm",
+        "sglang-kernel",
+        "sgl-kernel",
+        "flash-attn",
+        "xformers",
+        "flashinfer-jit-cache",
+    }
+)
+CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
+_SITE_SCRIPT = "import json, sysconfig; p = sysconfig.get_paths(); print(json.dumps([p['purelib'], p['platlib']]))"
+
+
+def cache_dir() -> Path:
+    from sm120patch.probes.cache import default_cache_dir
+
+    return default_cache_dir() / "census"
+
+
+def site_packages_for(python: str | None) -> list[Path]:
+    """The site-packages of `python` (this interpreter when None), purelib and platlib."""
+    if python is None:
+        import sysconfig
+
+        paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    else:
+        try:
+            p = subprocess.run(
+                [python, "-c", _SITE_SCRIPT], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+            )
+            paths = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            paths = []
+    out: list[Path] = []
+    for s in paths:
+        if Path(s).is_dir() and Path(s).resolve() not in out:
+            out.append(Path(s).resolve())
+    return out
+
+
+def site_packages_of(path: Path) -> Path | None:
+    """The site-packages holding an installed package tree (`.../site-packages/sglang`): the
+    nearest folder at or above `path` that holds a `*.dist-info`."""
+    for d in [path, *path.parents]:
+        if d.is_dir() and any(d.glob("*.dist-info")):
+            return d
+    return None
+
+
+@dataclass
+class _Cache:
+    path: Path
+    files: dict[str, list[Any]] = field(default_factory=dict)  # rel path -> [size, mtime_ns, ino, result]
+    records: dict[str, list[Any]] = field(default_factory=dict)  # dist-info -> [size, mtime_ns, ino, files]
+    dirty: bool = False
+
+    @classmethod
+    def load(cls, root: Path, site: Path) -> _Cache:
+        key = hashlib.sha256(str(site).encode()).hexdigest()[:24]
+        c = cls(root / f"{key}.json")
+        try:
+            data = json.loads(c.path.read_text(encoding="utf-8"))
+            if data.get("schema") == SCHEMA and data.get("site") == str(site):
+                c.files, c.records = data["files"], data["records"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return c
+
+    def save(self, site: Path) -> None:
+        if not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"schema": SCHEMA, "site": str(site), "files": self.files, "records": self.records}, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+def _valid(hit: Any) -> bool:
+    """A cache entry of the shape this version writes (anything else is re-read, not trusted)."""
+    return (
+        isinstance(hit, list)
+        and len(hit) == 4
+        and isinstance(hit[3], dict)
+        and isinstance(hit[3].get("groups"), list)
+        and isinstance(hit[3].get("error"), str)
+    )
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+@dataclass
+class Dist:
+    name: str
+    version: str
+    dist_info: str
+    files: list[str]  # candidate files (relative to site-packages)
+
+
+def _dist_name(dist_info: str) -> tuple[str, str]:
+    stem = dist_info[: -len(".dist-info")]
+    name, _, version = stem.partition("-")
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+def record_files(record: Path) -> list[str]:
+    out = []
+    try:
+        text = record.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        rel = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
+        rel = rel.strip().strip('"')
+        if CANDIDATE.search(rel) and not rel.startswith(".."):
+            out.append(rel)
+    return out
+
+
+def distributions(site: Path, cache: _Cache) -> tuple[list[Dist], list[str]]:
+    """Each dist-info's candidate files (from RECORD, cached by RECORD's stamp); notes."""
+    dists, notes = [], []
+    try:
+        infos = sorted(e.name for e in os.scandir(site) if e.name.endswith(".dist-info") and e.is_dir())
+    except OSError as e:
+        return [], [f"{site}: {e.strerror or e}"]
+    for info in infos:
+        record = site / info / "RECORD"
+        name, version = _dist_name(info)
+        try:
+            stamp = _stamp(record.stat())
+        except OSError:
+            notes.append(f"{info}: no RECORD, so its files are not known (not censused)")
+            continue
+        hit = cache.records.get(info)
+        if isinstance(hit, list) and len(hit) == 4 and isinstance(hit[3], list) and hit[:3] == stamp:
+            files = hit[3]
+        else:
+            files = record_files(record)
+            cache.records[info] = [*stamp, files]
+            cache.dirty = True
+        dists.append(Dist(name, version, info, files))
+    return dists, notes
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """One file's code, compactly: identical translation units grouped with a count."""
+    from sm120patch.elf import read_file_code
+
+    code = read_file_code(path)
+    units: dict[int, list[str]] = {}
+    for e in code.entries:
+        units.setdefault(e.container, []).append(e.code)
+    groups: dict[tuple[str, ...], int] = {}
+    for codes in units.values():
+        sig = tuple(sorted(set(codes)))
+        groups[sig] = groups.get(sig, 0) + 1
+    return {
+        "kind": code.kind,
+        "groups": [[list(sig), n] for sig, n in sorted(groups.items())],
+        "compressed": any(e.compressed for e in code.entries),
+        "error": code.error,
+    }
+
+
+class _Progress:
+    """Says how far a cold census has got, on stderr, once it has run PROGRESS_AFTER_S."""
+
+    def __init__(self, total: int, stream: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.clock, self.stream = total, clock, stream if stream is not None else sys.stderr
+        self.start = self.last = clock()
+        self.shown = False
+
+    def tick(self, done: int, what: str) -> None:
+        now = self.clock()
+        if now - self.start >= PROGRESS_AFTER_S and now - self.last >= 1.0:
+            self.last, self.shown = now, True
+            print(f"census: {done}/{self.total} files checked ({what})", file=self.stream, flush=True)
+
+    def finish(self, read: int) -> None:
+        if self.shown:
+            print(f"census: done, {read} files read in {self.clock() - self.start:.1f} s", file=self.stream)
+
+
+def scan_site(site: Path, cache_root: Path | None = None, progress: Any = None) -> dict[str, Any]:
+    """Every distribution in `site` that carries CUDA code, with each module's images, from
+    the cache where the file is as it was."""
+    t0 = time.monotonic()
+    cache = _Cache.load(cache_root or cache_dir(), site)
+    dists, notes = distributions(site, cache)
+    total = sum(len(d.files) for d in dists)
+    prog = _Progress(total, progress)
+    read = cached = done = 0
+    out = []
+    seen: dict[str, list[Any]] = {}
+    for d in dists:
+        modules = []
+        for rel in d.files:
+            done += 1
+            p = os.path.join(site, rel)
+            try:
+                stamp = _stamp(os.stat(p))
+            except OSError:
+                continue  # RECORD lists it, the file is gone: nothing to load, nothing to fail
+            hit = cache.files.get(rel)
+            if _valid(hit) and hit[:3] == stamp:
+                res, cached = hit[3], cached + 1
+            else:
+                res, read = _read(Path(p)), read + 1
+                cache.dirty = True
+                prog.tick(done, d.name)
+            seen[rel] = [*stamp, res]
+            if res["groups"] or res["error"]:
+                modules.append({"path": rel, **res})
+        if modules:
+            out.append({"name": d.name, "version": d.version, "modules": modules})
+        elif d.name in EXPECT_CUDA and d.files:
+            notes.append(
+                f"{d.name} {d.version} has no CUDA code in its {len(d.files)} shared objects (a CPU build): "
+                f"every CUDA op it has fails on any GPU; install its CUDA build"
+            )
+    if set(seen) != set(cache.files):
+        cache.dirty = True  # files gone since the last census leave the cache with them
+    cache.files = seen
+    cache.save(site)
+    prog.finish(read)
+    return {
+        "site": str(site),
+        "distributions": out,
+        "notes": notes,
+        "files_read": read,
+        "files_cached": cached,
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+
+
+# --- the whole report ------------------------------------------------------------------------
+
+
+def census(
+    sites: Sequence[Path],
+    archs: Sequence[Arch],
+    driver: str | None = None,
+    cache_root: Path | None = None,
+    progress: Any = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The census section of preflight's report (JSON-ready)."""
+    t0 = time.monotonic()
+    from sm120patch.census_ptxas import ptxas_targets, triton_ptxas
+    from sm120patch.census_verdicts import judge_site
+
+    scans = [scan_site(s, cache_root, progress) for s in sites]
+    rows = [r for s in scans for r in judge_site(s, archs, driver)]
+    ptxas = triton_ptxas(sites, env)
+    if ptxas is not None:
+        ptxas["targets"] = ptxas_targets(ptxas, archs)
+    problems = [
+        {
+            "package": r["name"],
+            "version": r["version"],
+            "gpu": a,
+            "status": g["status"],
+            "modules": g["cannot_run"] + g["partial"],
+            "you_will_see": g["you_will_see"],
+            "fix": g["fix"],
+            "note": g["note"],
+        }
+        for r in rows
+        for a, g in r["gpus"].items()
+        if g["status"] not in ("ok", "jit")
+    ]
+    return {
+        "site_packages": [str(s) for s in sites],
+        "archs": [a.name for a in archs],
+        "driver": driver,
+        "distributions": rows,
+        "problems": problems,
+        "ptxas": ptxas,
+        "notes": [n for s in scans for n in s["notes"]],
+        "files_read": sum(s["files_read"] for s in scans),
+        "files_cached": sum(s["files_cached"] for s in scans),
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+
+
+def sites_for(given: Sequence[Path] = (), python: str | None = None, package_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Which site-packages preflight censuses: those given (--site-packages), else --python's,
+    else the ones holding the packages it checks, else this interpreter's."""
+    if given:
+        return [Path(g).resolve() for g in given]
+    if python is not None:
+        return site_packages_for(python)
+    found: list[Path] = []
+    for d in package_dirs:
+        s = site_packages_of(Path(d))
+        if s is not None and s.resolve() not in found:
+            found.append(s.resolve())
+    return found or site_packages_for(None)
+
+
+def for_preflight(
+    machine: Any, archs: Sequence[Arch], python: str | None, package_dirs: Sequence[Path], given: Sequence[Path] = ()
+) -> dict[str, Any]:
+    """preflight's census: the detected GPUs' archs (else the planned ones), the driver it saw."""
+    from sm120patch.device import archs_present
+
+    gpus = archs_present(machine) or list(archs)
+    return census(sites_for(given, python, package_dirs), gpus, machine.driver)

@@ -1,0 +1,68 @@
+"""The census part of preflight's text: a table per distribution and GPU, then each problem."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_STATUS = {"ok": "ok", "jit": "ok (JIT)", "partial": "partial", "some": "SOME", "none": "NO"}
+
+
+def _span(names: list[str]) -> str:
+    return " ".join(names) if len(names) <= 6 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
+def _modules(mods: list[str]) -> str:
+    """A few modules by name; many (thousands of loose cubins) by count and common folder."""
+    if len(mods) <= 4:
+        return ", ".join(mods)
+    common = os.path.commonpath(mods)
+    return (
+        f"{len(mods)} files under {common}/ (e.g. {os.path.basename(mods[0])})"
+        if common
+        else (", ".join(mods[:3]) + f" and {len(mods) - 3} more")
+    )
+
+
+def render_lines(report: dict[str, Any]) -> list[str]:
+    """The census part of preflight's text: a table, then per problem what you will see and the fix."""
+    rows = report["distributions"]
+    where = ", ".join(report["site_packages"]) or "no site-packages found"
+    out = [
+        f"census: {len(rows)} distributions with CUDA code in {where} "
+        f"({report['files_read']} files read, {report['files_cached']} from cache, {report['elapsed_s']:.2f} s)"
+    ]
+    pt = report.get("ptxas")
+    if pt:
+        targets = ", ".join(
+            f"{a} {'yes' if t['ok'] else 'no (' + t['why'] + ')'}" for a, t in (pt.get("targets") or {}).items()
+        )
+        out.append(f"  Triton's ptxas: {pt['path']} ({pt['source']}; CUDA {pt['cuda'] or '?'}) {targets}".rstrip())
+        if pt.get("error"):
+            out.append(f"    {pt['error']}")
+    else:
+        out.append("  Triton's ptxas: triton not installed and TRITON_PTXAS_PATH not set")
+    if rows:
+        w = max(len(r["name"]) for r in rows)
+        archs = report["archs"]
+        out.append(f"  {'package':<{w}}  {'version':<14} " + " ".join(f"{a:<8}" for a in archs) + "  SASS / PTX")
+        for r in rows:
+            cells = " ".join(f"{_STATUS[r['gpus'][a]['status']]:<8}" for a in archs)
+            ptx = _span(r["ptx"]) + (f" (ISA {', '.join(r['ptx_isa'])})" if r["ptx_isa"] else "") if r["ptx"] else "-"
+            out.append(f"  {r['name']:<{w}}  {r['version'][:14]:<14} {cells}  {_span(r['sass']) or '-'} / {ptx}")
+    for p in report["problems"]:
+        shown = _modules(p["modules"])
+        what = "have no image for" if p["status"] in ("none", "some") else "lack code in some translation units for"
+        out.append(f"  {p['package']} {p['version']} on {p['gpu']}: {shown} {what} {p['gpu']}")
+        for e in p["you_will_see"]:
+            out.append(f"    you will see: {e}")
+        if p["fix"]:
+            out.append(f"    fix: {p['fix']}")
+        if p.get("note"):
+            out.append(f"    note: {p['note']}")
+    for r in rows:
+        for u in r["unreadable"]:
+            out.append(f"  note: {r['name']}: {u['path']} could not be read ({u['error']}); not judged")
+    for n in report["notes"]:
+        out.append(f"  note: {n}")
+    return out

@@ -1,0 +1,162 @@
+"""Per module and per distribution, can a GPU run what the census found, and what to do if not.
+
+Each module's translation units (fatbin containers) are judged with the loader's rules
+(archcompat.py); the fix comes from census_fixes.py. Modules built alike (flashinfer-cubin's
+thousands of cubins of a few kinds) are judged once (memoised on their image sets).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sm120patch.arch import Arch
+from sm120patch.archcompat import Code, Verdict, judge, sort_names
+
+
+@functools.lru_cache(maxsize=4096)
+def _code(text: str) -> Code:
+    return Code.parse(text)
+
+
+def _codes(sig: Iterable[str]) -> list[Code]:
+    return [_code(c) for c in sig]
+
+
+def module_verdict(module: dict[str, Any], gpu: Arch, driver: str | None) -> dict[str, Any]:
+    """See `_verdict`; modules built alike (thousands of cubins of a few kinds) are judged once."""
+    key = tuple((tuple(sig), n) for sig, n in module["groups"])
+    return dict(_verdict(key, gpu, driver))
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(groups_key: tuple[tuple[tuple[str, ...], int], ...], gpu: Arch, driver: str | None) -> dict[str, Any]:
+    """Whether a module's code runs on `gpu`: `ok`, `partial` (some translation units have no
+    image: the ops they hold fail) or `none`.
+
+    nvcc's device-link unit never holds PTX (seen with nvcc 13.0 in the tests), so where the
+    module runs only by JIT, units without PTX are not counted as missing."""
+    groups = [(_codes(sig), n) for sig, n in groups_key]
+    whole: Verdict = judge([c for codes, _ in groups for c in codes], gpu, driver)
+    units = sum(n for _, n in groups)
+    missing, first_missing = 0, None
+    for codes, n in groups:
+        v = judge(codes, gpu, driver)
+        if not v.ok and not (whole.how == "jit" and not any(c.kind == "ptx" for c in codes)):
+            missing += n
+            first_missing = first_missing or v
+    status = "none" if not whole.ok else "partial" if missing else "ok"
+    why, error = whole.why, whole.error
+    if status == "partial" and first_missing is not None:
+        why, error = f"{missing} of {units} translation units: {first_missing.why}", first_missing.error
+    return {
+        "status": status,
+        "how": whole.how,
+        "image": whole.image,
+        "units": units,
+        "missing_units": missing,
+        "error": error,
+        "why": why,
+    }
+
+
+def _all_codes(modules: Sequence[dict[str, Any]]) -> list[Code]:
+    return _codes({c for m in modules for sig, _ in m["groups"] for c in sig})
+
+
+def _images(modules: Sequence[dict[str, Any]], kind: str) -> list[str]:
+    return sort_names({c.name for c in _all_codes(modules) if c.kind == kind})
+
+
+def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
+    isas = {c.isa for c in _all_codes(modules) if c.kind == "ptx" and c.isa}
+    return sorted(isas, key=lambda s: tuple(int(x) for x in s.split(".")))
+
+
+def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) -> list[dict[str, Any]]:
+    """Per distribution: the images it carries and, per GPU, what runs and the fix for what does not."""
+    from sm120patch.census_fixes import fix_for, note_for
+
+    rows = []
+    for d in scan["distributions"]:
+        mods = d["modules"]
+        per_gpu: dict[str, Any] = {}
+        for a in archs:
+            verdicts = {m["path"]: module_verdict(m, a, driver) for m in mods if m["groups"]}
+            none = sorted(p for p, v in verdicts.items() if v["status"] == "none")
+            partial = sorted(p for p, v in verdicts.items() if v["status"] == "partial")
+            jit = sorted(p for p, v in verdicts.items() if v["status"] != "none" and v["how"] == "jit")
+            status = (
+                "none" if none and len(none) == len(verdicts) else "some" if none else ("partial" if partial else "ok")
+            )
+            if status == "ok" and jit:
+                status = "jit"  # runs, but only after the driver JIT-compiles PTX at first load
+            errors = sorted({verdicts[p]["error"] for p in none + partial if verdicts[p]["error"]})
+            per_gpu[a.name] = {
+                "status": status,
+                "cannot_run": none,
+                "partial": partial,
+                "jit": jit,
+                "modules": verdicts,
+                "you_will_see": [f"CUDA error: {e}" for e in errors],
+                "fix": fix_for(d["name"], d["version"], a, _images(mods, "sass")) if none or partial else "",
+                "note": note_for(d["name"], a) if none or partial else "",
+            }
+        rows.append(
+            {
+                "name": d["name"],
+                "version": d["version"],
+                "modules": [m["path"] for m in mods],
+                "unreadable": [{"path": m["path"], "error": m["error"]} for m in mods if m["error"]],
+                "sass": _images(mods, "sass"),
+                "ptx": _images(mods, "ptx"),
+                "ptx_isa": _ptx_isas(mods),
+                "gpus": per_gpu,
+            }
+        )
+    return rows
+
+
+def recipe_notes(report: dict[str, Any], needs: dict[str, Sequence[str]]) -> dict[str, list[str]]:
+    """Per recipe id: where a kernel it needs lives in a censused module that cannot run on a GPU
+    (the kernel catalogue's `jit_modules`, a module `<m>.so` or folder `<m>/`, and `cubin_globs`,
+    under a `cubins/` folder), one line each, naming the package, the module and the fix."""
+    from sm120patch.errors import UserError
+    from sm120patch.kernels import load_kernels
+
+    try:
+        catalogue = load_kernels()
+    except UserError:  # a broken catalogue is the probes' to report, not the census's
+        return {}
+    out: dict[str, list[str]] = {}
+    for rid, kernel_ids in needs.items():
+        lines: list[str] = []
+        for kid in kernel_ids:
+            k = catalogue.get(kid)
+            if k is None:
+                continue
+            for d in report["distributions"]:
+                for gpu, g in d["gpus"].items():
+                    bad = [p for p in g["cannot_run"] + g["partial"] if _holds(p, k.jit_modules, k.cubin_globs)]
+                    if bad:
+                        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+                        lines.append(
+                            f"{kid} lives in {d['name']} {d['version']} ({shown}), which has no {gpu} image there: "
+                            f"{'; '.join(g['you_will_see'])}; fix: {g['fix']}"
+                        )
+        if lines:
+            out[rid] = lines
+    return out
+
+
+def _holds(rel: str, jit_modules: Sequence[str], cubin_globs: Sequence[str]) -> bool:
+    p = Path(rel)
+    if any(p.name.split(".")[0] == m or m in p.parts[:-1] for m in jit_modules):
+        return True
+    if "cubins" in p.parts:
+        under = "/".join(p.parts[p.parts.index("cubins") + 1 :])
+        return any(fnmatch.fnmatch(under, g) for g in cubin_globs)
+    return False
