@@ -85,7 +85,7 @@ def preflight(
         "probe_level": level,
         "recipes": rows,
     }
-    if census_sites is not None:  # compiled code in the environment vs these GPUs (census.py)
+    if census_sites is not None:  # compiled code in the environment vs these GPUs (sm120patch/census/)
         from sm120patch.census import for_preflight
 
         dirs = [t.package_dir for t in targets]
@@ -96,7 +96,7 @@ def preflight(
 
 def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:
     """A recipe whose kernels live in a package that has no image for a GPU says so (row["census"])."""
-    from sm120patch.census_verdicts import recipe_notes
+    from sm120patch.census.verdicts import recipe_notes
 
     for rid, lines in recipe_notes(census, needs).items():
         for r in rows:
@@ -164,7 +164,7 @@ def render(report: dict[str, Any]) -> str:
         for line in r.get("census", []):
             out.append(f"{'':<{width}}  census: {line}")
     if report.get("census"):
-        from sm120patch.census_render import render_lines
+        from sm120patch.census.render import render_lines
 
         out += ["", *render_lines(report["census"])]
     return "\n".join(out)

@@ -34,6 +34,7 @@ import pytest
 
 from sm120patch import census
 from sm120patch.arch import Arch
+from sm120patch.census import scan
 from tests.conftest import fetch_or_skip, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
@@ -71,7 +72,7 @@ def _site(dist: str, version: str, platform: str, keep_wheel: bool = True) -> Pa
     try:
         with zipfile.ZipFile(whl) as z:
             for m in z.infolist():
-                if ".dist-info/" in m.filename or census.CANDIDATE.search(m.filename):
+                if ".dist-info/" in m.filename or scan.CANDIDATE.search(m.filename):
                     z.extract(m, tmp)
         (tmp / ".complete").touch()
         try:

@@ -1,7 +1,7 @@
 """The census on fatbins that nvcc builds here, one per loader rule.
 
 The oracle is what nvcc was asked to build (the -gencode of each file) and the CUDA
-documentation's rules, written out below as a table by hand (archcompat.py cites the
+documentation's rules, written out below as a table by hand (census/rules.py cites the
 sections): sm_120 SASS runs on 12.0 and 12.1; sm_120a only on 12.0; sm_120f on 12.0 and
 12.1; sm_121a only on 12.1; compute_120 PTX JIT-compiles on 12.x and later, not on 10.0;
 compute_120a PTX only on 12.0. Files are built once per session, tiny kernels, and kept
@@ -21,8 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import census, census_ptxas, census_render
+from sm120patch import census
 from sm120patch.arch import Arch
+from sm120patch.census import ptxas as census_ptxas
+from sm120patch.census import render as census_render
+from sm120patch.census import scan
 from sm120patch.elf import read_file_code
 from tests.conftest import requires
 
@@ -231,7 +234,7 @@ def test_reads_headers_only(tmp_path: Path, built: Path) -> None:
 def test_progress_only_after_two_seconds() -> None:
     now = [0.0]
     out = io.StringIO()
-    p = census._Progress(10, out, clock=lambda: now[0])
+    p = scan._Progress(10, out, clock=lambda: now[0])
     p.tick(1, "torch")
     now[0] = 1.9
     p.tick(2, "torch")
@@ -291,6 +294,6 @@ def test_bad_files_and_a_bad_cache_are_reported_not_raised(tmp_path: Path, built
     assert "tiny_sm_120_so/sm_120.so could not be read" in text
     # a cache file of the wrong shape is re-read, not trusted
     for f in cache.glob("*.json"):
-        f.write_text(json.dumps({"schema": census.SCHEMA, "site": str(site), "files": {"x": 1}, "records": {"y": 2}}))
+        f.write_text(json.dumps({"schema": scan.SCHEMA, "site": str(site), "files": {"x": 1}, "records": {"y": 2}}))
     again = census.census([site], GPUS, cache_root=cache, env={})
     assert again["files_read"] == r["files_read"] and again["distributions"] == r["distributions"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from sm120patch.arch import Arch
-from sm120patch.archcompat import (
+from sm120patch.census.fixes import arch_list, fix_for
+from sm120patch.census.rules import (
     NO_IMAGE_ERROR,
     PTX_TOO_NEW_ERROR,
     Code,
@@ -20,7 +21,6 @@ from sm120patch.archcompat import (
     ptx_targets,
     sass_runs_on,
 )
-from sm120patch.census_fixes import arch_list, fix_for
 from sm120patch.diagnose import diagnose
 
 A = Arch

@@ -1,7 +1,7 @@
 """Per module and per distribution, can a GPU run what the census found, and what to do if not.
 
 Each module's translation units (fatbin containers) are judged with the loader's rules
-(archcompat.py); the fix comes from census_fixes.py. Modules built alike (flashinfer-cubin's
+(census/rules.py); the fix comes from fixes.py. Modules built alike (flashinfer-cubin's
 thousands of cubins of a few kinds) are judged once (memoised on their image sets).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.archcompat import Code, Verdict, judge, sort_names
+from sm120patch.census.rules import Code, Verdict, judge, sort_names
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,7 +78,7 @@ def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
 
 def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) -> list[dict[str, Any]]:
     """Per distribution: the images it carries and, per GPU, what runs and the fix for what does not."""
-    from sm120patch.census_fixes import fix_for, note_for
+    from sm120patch.census.fixes import fix_for, note_for
 
     rows = []
     for d in scan["distributions"]:

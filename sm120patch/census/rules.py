@@ -1,6 +1,6 @@
 """Which GPU can run which compiled CUDA code: the loader's rules, stated once, with their sources.
 
-The census (census.py) reads what each extension carries (elf.py) and asks this module,
+The census (sm120patch/census/) reads what each extension carries (elf.py) and asks this module,
 per GPU, whether the CUDA driver will find an image it can load. The rules are NVIDIA's,
 not ours; each function cites where they are written:
 

@@ -4,8 +4,8 @@ Users on SM12x most often die on "no kernel image is available for execution on 
 from a wheel that simply has no code for their GPU. This walks every distribution installed
 in a site-packages (its dist-info RECORD names its files), reads the fatbin headers of its
 shared objects and its loose cubins (elf.py: seeks, never whole files), and judges each
-module per GPU with the loader's rules (archcompat.py, via census_verdicts.py). It also
-finds the ptxas Triton would use (census_ptxas.py); census_render.py writes the text.
+module per GPU with the loader's rules (census/rules.py, via verdicts.py). It also
+finds the ptxas Triton would use (ptxas.py); render.py writes the text.
 
 Fast enough for every start: each file's reading is cached by (size, mtime, inode), each
 RECORD's list of candidate files too, in one JSON file per site-packages under the probe
@@ -291,8 +291,8 @@ def census(
 ) -> dict[str, Any]:
     """The census section of preflight's report (JSON-ready)."""
     t0 = time.monotonic()
-    from sm120patch.census_ptxas import ptxas_targets, triton_ptxas
-    from sm120patch.census_verdicts import judge_site
+    from sm120patch.census.ptxas import ptxas_targets, triton_ptxas
+    from sm120patch.census.verdicts import judge_site
 
     scans = [scan_site(s, cache_root, progress) for s in sites]
     rows = [r for s in scans for r in judge_site(s, archs, driver)]

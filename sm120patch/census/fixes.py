@@ -5,7 +5,7 @@ a JIT fallback); anything else that builds through torch.utils.cpp_extension get
 TORCH_CUDA_ARCH_LIST rebuild. The arch list asked for follows what the package already
 used for other GPUs: arch-specific (`a`) SASS elsewhere means its kernels use
 arch-specific instructions, so the rebuild asks for `12.0a`/`12.1a`; otherwise a plain
-`12.0` (whose SASS also runs on 12.1, archcompat [BIN]).
+`12.0` (whose SASS also runs on 12.1, rules [BIN]).
 """
 
 from __future__ import annotations
