@@ -57,9 +57,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from sm120patch import fatal
+from sm120patch import fatal, triage_classes
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
 from sm120patch.logkind import LogKind
+from sm120patch.prefilter import Prefilter
 from sm120patch.recipes import Recipe
 from sm120patch.signatures import Signature, load_signatures
 
@@ -67,6 +68,19 @@ MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skippe
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
 SHOW_CHARS = 400  # characters of a log line kept in a finding
 MAX_UNNAMED = 5
+CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
+# classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
+CONTEXT_CLASSES = frozenset(
+    {
+        "toolchain-lacks-arch",
+        "binary-lacks-arch",
+        "resource-limit",
+        "arch-path-unsupported",
+        "kernel-fault",
+        "out-of-memory",
+    }
+)
+FULL_KIND_LINES = 5000  # lines whose framework marks are counted even when the prefilter skips them
 MISSING = "not named in the log"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -107,12 +121,16 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     sm12x: str = "maybe"  # "yes" | "maybe" | "no": is the cause SM12x, on this log's evidence
     check: str = ""  # how to tell, when "maybe"
+    cls: str = "other"  # the cause class (triage_classes.CLASSES)
+    evidence: str = "signature"  # "signature" | "class" | "thin": what the cause rests on
     sig: Signature | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "signature": self.signature,
+            "class": self.cls,
+            "evidence": self.evidence,
             "fatal": self.fatal,
             "sm12x": self.sm12x,
             "check": self.check,
@@ -146,7 +164,8 @@ class Diagnosis:
 
     @property
     def cause_found(self) -> bool:
-        return bool(self.causes)
+        """A signature or recipe named the cause (a structural class alone is not a named cause)."""
+        return any(f.source != "structure" for f in self.causes)
 
     @property
     def implicated_recipes(self) -> list[str]:
@@ -159,9 +178,10 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
-        if self.cause_found or not self.unnamed_errors:
+        """0: a signature named the cause, or the log shows no failure; 1: only a class (or nothing) answers it."""
+        if self.cause_found:
             return EXIT_OK
-        return EXIT_FAILED
+        return EXIT_FAILED if self.unnamed_errors or self.causes else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -186,12 +206,15 @@ class Diagnosis:
             out.append(f"{n} finding{'s' if n > 1 else ''} in {self.lines_read} log lines{fw}:")
         for f in self.findings:
             label = "FATAL" if f.fatal else "warning"
+            if f.source == "structure":
+                label += ", by class" + (" (thin evidence)" if f.evidence == "thin" else "")
             seen = f", seen {f.count}x" if f.count > 1 else ""
             out.append(f"[{label}] {f.signature} (line {f.line_no}{seen})")
             out.append(f"  log:     {f.line}")
             if f.recipe_ids:
                 state = "applied, per the journal" if f.journal == "applied" else "journal unknown"
                 out.append(f"  recipe:  {', '.join(f.recipe_ids)} ({state})")
+            out.append(f"  class:   {f.cls}")
             out.append(f"  meaning: {f.meaning}")
             out.append(f"  SM12x:   {_verdict_text(f)}")
             out.append(f"  next:    {f.next_step}")
@@ -217,6 +240,23 @@ class Diagnosis:
             out.extend(f"  - {hint}" for hint in LOOK_FOR)
         out.extend(f"note: {note}" for note in self.notes)
         return "\n".join(out)
+
+
+STRUCTURE_ORDER = (
+    "toolchain-lacks-arch",
+    "binary-lacks-arch",
+    "resource-limit",
+    "arch-path-unsupported",
+    "kernel-fault",
+    "out-of-memory",
+    "communication",
+    "environment",
+    "other",
+)
+
+
+def _is_sm12x_arch(name: str) -> bool:
+    return bool(re.search(r"12[01]|capability 12", name))
 
 
 def _verdict_text(f: Finding) -> str:
@@ -254,6 +294,7 @@ class Diagnoser:
         journal_applied: set[str] | None,
         signatures: Sequence[Signature] | None = None,
         target: Path | None = None,
+        prefilter: bool = True,
     ) -> None:
         self.applied = journal_applied
         self.target = target
@@ -266,12 +307,25 @@ class Diagnoser:
         self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
         self._notes: list[str] = []
         self.lines_read = 0
+        self.evidence = triage_classes.Evidence()
+        self._candidates: dict[str, triage_classes.StructureFinding] = {}  # class -> first line showing it
+        self._from_context: dict[str, triage_classes.StructureFinding] = {}  # class shown just before a bare line
+        self._fallback: tuple[int, str] | None = None  # the last unnamed fatal line the words show no class of
+        self._prefilter = Prefilter(text for _, text in self._recipe_sigs) if prefilter else None
 
     def feed(self, raw: str) -> list[Finding]:
         """Match one log line; returns findings seen for the first time on this line."""
         self.lines_read += 1
-        line = _ANSI.sub("", raw.rstrip("\r\n"))
+        line = raw.rstrip("\r\n")
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        if self._prefilter is not None and not self._prefilter.passes(line):
+            if self.lines_read <= FULL_KIND_LINES:
+                self.kind.feed(self.lines_read, line)  # framework marks are in every line of some logs
+            self._context.append(line)
+            return []
         self.kind.feed(self.lines_read, line)
+        self.evidence.feed(self.lines_read, line)
         new: list[Finding] = []
         catalogue = self._match(line)
         hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
@@ -290,15 +344,52 @@ class Diagnoser:
             cls = fatal.classify(line)
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
+                self._note_structure(line)
         self._context.append(line)
         return new
+
+    def _note_structure(self, line: str) -> None:
+        """Keep, per cause class, the first fatal line whose words show it (and the last fatal line)."""
+        body, _ = fatal.strip_prefix(line)
+        got = triage_classes.classify_line(body)
+        if got is not None:
+            cls, cue = got
+            if cls not in self._candidates:
+                self._candidates[cls] = self._structure(cls, cue, self.lines_read, line, thin=False)
+            return
+        self._fallback = (self.lines_read, line)
+        for before in reversed(list(self._context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
+            got = triage_classes.classify_line(fatal.strip_prefix(before)[0])
+            if got is not None and got[0] in CONTEXT_CLASSES and got[0] not in self._from_context:
+                cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
+                self._from_context[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)
+                break
+
+    def _structure(self, cls: str, cue: str, line_no: int, line: str, thin: bool) -> triage_classes.StructureFinding:
+        ev = self.evidence
+        context = " ".join(list(self._context)[-12:])
+        library = triage_classes.library_in(line) or ev.library_near(line_no)
+        token = triage_classes.sm12x_token_in(line + " " + context)
+        return triage_classes.StructureFinding(
+            cls=cls,
+            line_no=line_no,
+            line=_clip(line.strip()),
+            cue=cue,
+            library=library,
+            archs=ev.archs_near(line_no),
+            flag=ev.flag_for(library, line + " " + context),
+            cuda_error=triage_classes.cuda_error_of(line),
+            sm12x_token=token,
+            thin=thin,
+        )
 
     def result(self) -> Diagnosis:
         """The diagnosis so far; verdicts and advice use everything the log has shown."""
         framework = self.kind.framework
-        findings = sorted(
-            (self._resolve(f, framework) for f in self._findings.values()), key=lambda f: (not f.fatal, f.line_no)
-        )
+        resolved = [self._resolve(f, framework) for f in self._findings.values()]
+        if not any(f.fatal for f in resolved):
+            resolved += self._structural_findings()
+        findings = sorted(resolved, key=lambda f: (not f.fatal, f.line_no))
         notes = list(self._notes)
         if self.applied is None and self._recipe_sigs:
             notes.append(
@@ -333,6 +424,74 @@ class Diagnoser:
             if m:
                 return [(sig, m)]
         return []
+
+    def _structural_findings(self) -> list[Finding]:
+        """No signature named a fatal line: answer from the log's structure, at the level it supports."""
+        pick = next((self._candidates[c] for c in STRUCTURE_ORDER if c in self._candidates), None)
+        if pick is None:
+            pick = next((self._from_context[c] for c in STRUCTURE_ORDER if c in self._from_context), None)
+        last = self._fallback or self.evidence.last_frame
+        if pick is None and last is not None:
+            line_no, line = last
+            archs = self.evidence.archs_near(line_no, window=12)
+            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no)
+            kernel_lib = lib not in (None, "torch", "vllm", "sglang")
+            cls = "arch-path-unsupported" if archs and kernel_lib else "other"
+            cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
+            pick = self._structure(cls, cue, line_no, line, thin=True)
+            if self._fallback is None:
+                pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
+        if pick is None:
+            return []
+        verdict, check, notes = self._structure_verdict(pick)
+        details = {"cue": pick.cue} if pick.cue else {}
+        if pick.library:
+            details["library"] = pick.library
+        if pick.flag:
+            details["flag"] = f"{pick.flag[0]} {pick.flag[1]}"
+        if pick.archs:
+            details["archs"] = ", ".join(pick.archs)
+        if pick.cuda_error:
+            details["cuda_error"] = pick.cuda_error
+        return [
+            Finding(
+                source="structure",
+                signature=f"class:{pick.cls}",
+                fatal=True,
+                meaning=pick.meaning(),
+                next_step=triage_classes.next_step(pick.cls, pick.library, pick.flag),
+                line_no=pick.line_no,
+                line=pick.line,
+                details=details,
+                notes=notes,
+                sm12x=verdict,
+                check=check,
+                cls=pick.cls,
+                evidence="thin" if pick.thin else "class",
+            )
+        ]
+
+    def _structure_verdict(self, pick: triage_classes.StructureFinding) -> tuple[str, str, list[str]]:
+        """Is a structural cause SM12x? Only a class of architecture causes can be, and only the log says so."""
+        notes: list[str] = []
+        if pick.cls not in triage_classes.SM12X_CLASSES:
+            return "no", "", notes
+        kind = self.kind
+        if kind.gpu == "other" and kind.other_gpu:
+            notes.append(
+                f"the log shows a GPU that is not SM12x (line {kind.other_gpu.line_no}: {kind.other_gpu.line})"
+            )
+            return "no", "", notes
+        shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
+        if shown:
+            notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
+        if pick.sm12x_token:
+            notes.append(f"the failing lines name SM12x ({pick.sm12x_token})")
+        strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")
+        if not pick.thin and (pick.sm12x_token or (shown and strong)):
+            return "yes", "", notes
+        check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; " + GPU_CHECK
+        return "maybe", check, notes
 
     def _resolve(self, f: Finding, framework: str | None) -> Finding:
         """Settle "maybe" with the GPU the log shows, and put the advice in the framework's flags."""
@@ -436,6 +595,7 @@ class Diagnoser:
                 sources=list(sig.sources) if sig else [],
                 notes=notes,
                 sm12x=verdict,
+                cls=sig.cls if sig else "arch-path-unsupported",
                 sig=sig,
             )
 
@@ -460,6 +620,7 @@ class Diagnoser:
                 sources=list(sig.sources),
                 notes=notes,
                 sm12x=verdict,
+                cls=sig.cls,
                 sig=sig,
             )
 

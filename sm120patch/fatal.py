@@ -57,7 +57,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "Python exception",
         re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
     ),
-    ("server-error", "server error", re.compile(r"^\s*ERROR:\s")),
+    (
+        "server-error",
+        "server error",
+        re.compile(r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"),
+    ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
     (
         "process-died",
@@ -71,7 +75,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "fatal-message",
         "fatal message",
         re.compile(
-            r"\bfatal\b|No compiled \w+|not supported on \.?target|\bis not supported\b|"
+            r"(?i:\bfatal\b)|No compiled \w+|\bFailed to (?:initialize|launch|load|run|create|execute|compile|build)\b|"
+            r"not supported on \.?target|\bis not supported\b|"
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|"
             r"\bno (?:\w+ )?kernel for\b|failed with error\b"

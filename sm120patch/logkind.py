@@ -33,7 +33,8 @@ _SM12X_GPU = re.compile(
     r"RTX PRO \d{4}|RTX ?50[5-9]0|\bGB10\b|DGX Spark|"
     r"(?:[Cc]apability|compute_cap)\D{0,4}12\.[01]\b|capability sm_12[01]\b|capability \(12, [01]\)|"
     r"major 12 minor [01]|--gpu-name=sm_12[01]|for 'sm_12[01]a?'|"
-    r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor"
+    r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor|"
+    r"sm_12[01]a? \(consumer Blackwell\)"
 )
 _OTHER_GPU = re.compile(
     r"\b(?:H100|H200|H800|H20|GH200|A100|A800|A10G?|A30|A40|L40S?|L20|V100|P100|T4|B200|B300|GB200|GB300)\b|"
