@@ -634,9 +634,10 @@ def diagnose(
     *,
     signatures: Sequence[Signature] | None = None,
     target: Path | None = None,
+    prefilter: bool = True,
 ) -> Diagnosis:
     """Diagnose a whole log, streaming: `lines` may be an open file of any size."""
-    d = Diagnoser(recipes, journal_applied, signatures, target)
+    d = Diagnoser(recipes, journal_applied, signatures, target, prefilter=prefilter)
     for line in lines:
         d.feed(line)
     return d.result()

@@ -57,10 +57,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "Python exception",
         re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
     ),
+    ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
         "server-error",
         "server error",
-        re.compile(r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"),
+        re.compile(r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"),
     ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
     (

@@ -173,12 +173,32 @@ KEYWORDS = (
 )
 
 
+def trie_pattern(words: Iterable[str]) -> str:
+    """One regex for any of `words`, factored by common prefix (a trie): Python's re tries the
+    alternatives of a branch one by one, so 150 flat words cost ~3x more per character."""
+    root: dict[str, dict] = {}
+    for w in words:
+        node = root
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, dict]) -> str:
+        alts = [re.escape(ch) + emit(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(root)
+
+
 class Prefilter:
     """`passes(line)`: could this line matter? One regex search of the lower-cased line."""
 
     def __init__(self, extra: Iterable[str] = ()) -> None:
-        words = sorted({*KEYWORDS, *(w.lower() for w in extra if w)}, key=len, reverse=True)
-        self._re = re.compile("|".join(re.escape(w) for w in words))
+        words = {*KEYWORDS, *(w.lower() for w in extra if w)}
+        self._re = re.compile(trie_pattern(words))
 
     def passes(self, line: str) -> bool:
         return self._re.search(line.lower()) is not None

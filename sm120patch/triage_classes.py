@@ -45,7 +45,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "toolchain-lacks-arch",
         re.compile(
-            r"\bptxas\b|\bnvcc\b|\bNVRTC\b|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
+            r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
             r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?arch(?:itecture)?\b|PTXASError|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
@@ -129,18 +129,18 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # A library's name in a traceback frame, an extension path, or a log prefix.
 _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("flashinfer", re.compile(r"\bflashinfer\b", re.I)),
+    ("flashinfer", re.compile(r"(?<![a-z])flashinfer(?![a-z])", re.I)),
     ("sgl_kernel", re.compile(r"\bsgl[_-]kernel\b")),
     ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
     ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
-    ("cutlass", re.compile(r"\bcutlass\b", re.I)),
+    ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]")),
     ("xformers", re.compile(r"\bxformers\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
-    ("triton", re.compile(r"\btriton\b")),
+    ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
     ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
     ("transformer_engine", re.compile(r"\btransformer_engine\b")),
     ("mamba_ssm", re.compile(r"\bmamba_ssm\b|causal_conv1d")),
@@ -155,7 +155,7 @@ _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
 _ARCH = re.compile(
-    r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3})[af]?(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
+    r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
     r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
     r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
     r"major versions \[(?P<majors>[\d, ]+)\]",
