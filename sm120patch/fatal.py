@@ -61,7 +61,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "server-error",
         "server error",
-        re.compile(r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"),
+        re.compile(
+            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"
+        ),
     ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
     (
