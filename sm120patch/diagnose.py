@@ -80,6 +80,7 @@ CONTEXT_CLASSES = frozenset(
         "out-of-memory",
     }
 )
+WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # shown by a line that is not fatal
 FULL_KIND_LINES = 5000  # lines whose framework marks are counted even when the prefilter skips them
 MISSING = "not named in the log"
 
@@ -310,6 +311,7 @@ class Diagnoser:
         self.evidence = triage_classes.Evidence()
         self._candidates: dict[str, triage_classes.StructureFinding] = {}  # class -> first line showing it
         self._from_context: dict[str, triage_classes.StructureFinding] = {}  # class shown just before a bare line
+        self._from_warnings: dict[str, triage_classes.StructureFinding] = {}  # class shown by a non-fatal line
         self._fallback: tuple[int, str] | None = None  # the last unnamed fatal line the words show no class of
         self._prefilter = Prefilter(text for _, text in self._recipe_sigs) if prefilter else None
 
@@ -345,6 +347,8 @@ class Diagnoser:
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
                 self._note_structure(line)
+            else:
+                self._note_warning(line)
         self._context.append(line)
         return new
 
@@ -364,6 +368,16 @@ class Diagnoser:
                 cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
                 self._from_context[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)
                 break
+
+    def _note_warning(self, line: str) -> None:
+        """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
+        without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
+        got = triage_classes.classify_line(fatal.strip_prefix(line)[0])
+        if got is None or got[0] not in WARNING_CLASSES or got[1].lower() in ("ptxas", "nvcc", "nvrtc"):
+            return
+        if got[0] not in self._from_warnings:
+            cue = f"{got[1]} (in a line not logged as an error)"
+            self._from_warnings[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)
 
     def _structure(self, cls: str, cue: str, line_no: int, line: str, thin: bool) -> triage_classes.StructureFinding:
         ev = self.evidence
@@ -430,6 +444,8 @@ class Diagnoser:
         pick = next((self._candidates[c] for c in STRUCTURE_ORDER if c in self._candidates), None)
         if pick is None:
             pick = next((self._from_context[c] for c in STRUCTURE_ORDER if c in self._from_context), None)
+        if pick is None and self._fallback is None:
+            pick = next((self._from_warnings[c] for c in STRUCTURE_ORDER if c in self._from_warnings), None)
         last = self._fallback or self.evidence.last_frame
         if pick is None and last is not None:
             line_no, line = last
@@ -485,10 +501,11 @@ class Diagnoser:
         shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
         if shown:
             notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
-        if pick.sm12x_token:
-            notes.append(f"the failing lines name SM12x ({pick.sm12x_token})")
+        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
+        if token:
+            notes.append(f"the failing lines name SM12x ({token})")
         strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")
-        if not pick.thin and (pick.sm12x_token or (shown and strong)):
+        if not pick.thin and (token or (shown and strong)):
             return "yes", "", notes
         check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; " + GPU_CHECK
         return "maybe", check, notes

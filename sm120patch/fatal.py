@@ -40,6 +40,12 @@ class FatalClass:
 # First match wins; order: most telling first.
 _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
+    ("gpu-driver-error", "GPU driver error (Xid)", re.compile(r"NVRM: Xid \(|\bXid \d+\b|GPU has fallen off the bus")),
+    (
+        "sanitizer-error",
+        "compute-sanitizer error",
+        re.compile(r"^=+ (?:Invalid|Misaligned|Out-of-range|Program hit|Error|Barrier error|Race|Malloc|Leaked)"),
+    ),
     ("trtllm-error", "TensorRT-LLM error", re.compile(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM\] \[E\]|\[[EF]\] \[TRT\]")),
     (
         "cuda-error",
@@ -51,7 +57,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "compiler error (ptxas/nvcc/LLVM)",
         re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b"),
     ),
-    ("assertion", "assertion failed", re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b")),
+    (
+        "assertion",
+        "assertion failed",
+        re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b"),
+    ),
     (
         "python-exception",
         "Python exception",
@@ -62,7 +72,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "server-error",
         "server error",
         re.compile(
-            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[(?:ERROR|FATAL)\]"
+            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
         ),
     ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
@@ -81,7 +91,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"(?i:\bfatal\b)|No compiled \w+|\bFailed to (?:initialize|launch|load|run|create|execute|compile|build)\b|"
             r"not supported on \.?target|\bis not supported\b|"
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
-            r"not compatible with the current|"
+            r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
+            r"\bcannot initialize\b|"
             r"\bno (?:\w+ )?kernel for\b|failed with error\b"
         ),
     ),

@@ -34,6 +34,8 @@ SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
 
 # Per class, the words that show it, most telling classes first (first match wins).
 _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
+    ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
     (
         "out-of-memory",
         re.compile(
@@ -50,7 +52,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
-            r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch",
+            r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
+            r"No PTX compilation provider",
         ),
     ),
     (
@@ -63,7 +66,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"cudaErrorInvalidPtx|[Mm]ismatched GPU [Aa]rchitecture|compiled for [\d ,]+,? ?but your (?:current )?GPU|"
             r"STATUS_ARCH_MISMATCH|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
             r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
-            r"supports CUDA capabilities sm_",
+            r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
+            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary",
         ),
     ),
     (
@@ -78,7 +82,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "kernel-fault",
         re.compile(
-            r"illegal (?:instruction|memory access|address)|misaligned address|unspecified launch failure|"
+            r"[Ii]llegal (?:[Ii]nstruction|memory access|address)|[Mm]isaligned\b.{0,30}address|"
+            r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
             r"cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
             r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
@@ -100,6 +105,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"does not support (?:the )?(?:current )?(?:GPU|device|arch|sm)|[Ss]upported (?:archs?|architectures?):|"
             r"is not supported on (?:SM|sm_)|SM\d+[a-z]?[- ]only|sm_?\d+a?[- ]only|"
             r"No kernel (?:found|available)|no (?:suitable|matching) kernel|_STATUS_NOT_SUPPORTED\b|"
+            r"without targeting appropriate compute capability|[Aa]rch conditional|"
+            r"not supported on [\d.+x ]+arch|cutlass cannot initialize|[Ff]ailed to initialize cutlass|"
+            r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
+            r"(?:config|kernel|tactic|algorithm|implementation)|"
             r"NOT_SUPPORTED\b",
         ),
     ),
@@ -140,6 +149,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("xformers", re.compile(r"\bxformers\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
+    ("fbgemm", re.compile(r"\bfbgemm\w*")),
+    ("nunchaku", re.compile(r"\bnunchaku\b")),
     ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
     ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
     ("transformer_engine", re.compile(r"\btransformer_engine\b")),
@@ -162,7 +173,7 @@ _ARCH = re.compile(
     re.I,
 )
 _SM12X_TOKEN = re.compile(
-    r"(?<![A-Za-z0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
     r"[Cc]apability\D{0,6}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\b(?=.{0,20}(?:capab|arch|sm))|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
     re.I,
@@ -249,6 +260,7 @@ class Evidence:
     archs: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
     flags: dict[str, str] = field(default_factory=dict)
     sm12x_token: tuple[int, str] | None = None
+    sm12x_tokens: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=16))
     last_frame: tuple[int, str] | None = None
 
     def feed(self, line_no: int, line: str) -> None:
@@ -262,9 +274,10 @@ class Evidence:
                 break
         for m in _ARCH.finditer(line):
             self.archs.append((line_no, _arch_name(m)))
-        if self.sm12x_token is None:
-            t = _SM12X_TOKEN.search(line)
-            if t:
+        t = _SM12X_TOKEN.search(line)
+        if t:
+            self.sm12x_tokens.append((line_no, t.group(0)))
+            if self.sm12x_token is None:
                 self.sm12x_token = (line_no, t.group(0))
         if "backend" in line or "quantization" in line or "kv" in line or "VLLM_" in line:
             for flag, pattern in _FLAGS:
@@ -280,6 +293,10 @@ class Evidence:
             if lib not in ("torch", "vllm", "sglang"):
                 return lib
         return near[-1] if near else None
+
+    def sm12x_token_near(self, line_no: int, before: int = 12, after: int = 6) -> str | None:
+        """An SM12x token in the lines around `line_no` (a sanitizer names the kernel after the fault)."""
+        return next((t for n, t in self.sm12x_tokens if line_no - before <= n <= line_no + after), None)
 
     def archs_near(self, line_no: int, window: int = 60) -> list[str]:
         out: list[str] = []
