@@ -69,6 +69,7 @@ docs: venv
 ## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
+	$(PY) benchmarks/triage_bench.py
 
 ## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision into docs/crashed.md
 triage-score: venv

@@ -115,11 +115,14 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
     finally:
         if logfile != "-":
             stream.close()
-    if target is not None and result.causes:
+    if result.causes:
         try:
-            from sm120patch.triage_fixes import advise
+            from sm120patch.triage_fixes import advise, advise_without_target
 
-            advise(result, recipes, target)
+            if target is None:
+                advise_without_target(result, recipes)
+            else:
+                advise(result, recipes, target)
         except Exception as e:  # advice is a bonus: it must never hide the diagnosis
             click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
     if as_json:

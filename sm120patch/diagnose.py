@@ -518,9 +518,12 @@ class Diagnoser:
         elif verdict == "maybe":
             gpu = self.kind.gpu
             if gpu == "sm12x" and self.kind.sm12x_gpu:
-                verdict = "yes"
                 ev = self.kind.sm12x_gpu
                 notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
+                if f.cls != "kernel-fault" or self.evidence.sm12x_token_near(f.line_no):
+                    verdict = "yes"
+                else:  # a faulting kernel on an RTX 5090 is as often a plain bug as an SM12x path
+                    notes.append("a kernel fault happens on any GPU: the GPU alone does not make it an SM12x cause")
             elif gpu == "other" and self.kind.other_gpu:
                 verdict = "no"
                 ev = self.kind.other_gpu

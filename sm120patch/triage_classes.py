@@ -175,7 +175,7 @@ _ARCH = re.compile(
 _SM12X_TOKEN = re.compile(
     r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
     r"[Cc]apability\D{0,6}12[.,] ?[01]\b|\(12, ?[01]\)|"
-    r"\b12\.[01]\b(?=.{0,20}(?:capab|arch|sm))|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
+    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
     re.I,
 )
 
@@ -272,9 +272,9 @@ class Evidence:
             if pattern.search(text):
                 self.libraries.append((line_no, name))
                 break
-        for m in _ARCH.finditer(line):
-            self.archs.append((line_no, _arch_name(m)))
-        t = _SM12X_TOKEN.search(line)
+        archs = [_arch_name(m) for m in _ARCH.finditer(line)]
+        self.archs.extend((line_no, a) for a in archs)
+        t = _SM12X_TOKEN.search(line) if len(archs) < 3 else None  # an arch list names no GPU
         if t:
             self.sm12x_tokens.append((line_no, t.group(0)))
             if self.sm12x_token is None:

@@ -104,7 +104,7 @@ def find_fix(diag: Diagnosis, recipes: Sequence[Recipe], target: Path, arch: str
                     paths.append(tree.root)  # type: ignore[attr-defined]
     if not ids:
         return None
-    return Fix(tuple(ids), tuple(paths), tuple(reasons))
+    return Fix(tuple(ids), tuple(reversed(paths)), tuple(reasons))  # SGLANG FLASHINFER; apply patches FlashInfer first
 
 
 def log_arch(diag: Diagnosis) -> str:
@@ -130,3 +130,18 @@ def advise(diag: Diagnosis, recipes: Sequence[Recipe], target: Path) -> Fix | No
             f.next_step = f"Apply sm120patch's fix: {fix.command}"
             f.notes.append(text)
     return fix
+
+
+def advise_without_target(diag: Diagnosis, recipes: Sequence[Recipe]) -> None:
+    """Without --target the trees are unknown: name the recipes and the command's shape."""
+    for f in diag.causes:
+        mine = matching_recipes(f, recipes)
+        if not mine:
+            continue
+        packages = [p for p in ("flashinfer", "sglang") if any(r.package == p for r in mine)]
+        where = " ".join(p.upper() for p in reversed(packages))  # SGLANG FLASHINFER, as apply's help says
+        only = " ".join(f"--recipe {r.id}" for r in sorted(mine, key=lambda r: packages.index(r.package)))
+        f.notes.append(
+            f"sm120patch's fix, where these recipes are not applied yet: sm120patch apply {where} {only} "
+            "(rerun diagnose with --target PATH for the exact command on your tree)"
+        )

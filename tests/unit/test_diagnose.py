@@ -356,3 +356,12 @@ def test_cli_target_that_is_not_a_package_tree_is_usage_error(tmp_path: Path) ->
 def test_recipe_advice_is_one_line_in_notes() -> None:
     d = diagnose(JIT_CRASH, [recipe(advice="Needs 0.6.17.\nBenchmark TP4.")], {AR})
     assert any(n.endswith("Needs 0.6.17. Benchmark TP4.") for n in d.findings[0].notes)
+
+
+def test_without_target_the_fix_is_named_with_the_shape_of_the_command(tmp_path: Path) -> None:
+    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH))])
+    assert res.exit_code == 0, res.output
+    assert (
+        "sm120patch apply SGLANG FLASHINFER --recipe flashinfer-trtllm-comm-sm120 --recipe sglang-allreduce-fusion-sm120"
+        in res.output
+    )
