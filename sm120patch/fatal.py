@@ -60,7 +60,10 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "assertion",
         "assertion failed",
-        re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b"),
+        re.compile(
+            r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
+            r"_ASSERT\b.{0,200}\bfailed\b"
+        ),
     ),
     (
         "python-exception",
@@ -88,7 +91,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "fatal-message",
         "fatal message",
         re.compile(
-            r"(?i:\bfatal\b)|No compiled \w+|\bFailed to (?:initialize|launch|load|run|create|execute|compile|build)\b|"
+            r"(?i:\bfatal\b)|No compiled \w+|\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|CMake Error\b|"
             r"not supported on \.?target|\bis not supported\b|"
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
@@ -130,4 +133,9 @@ def classify(line: str) -> FatalClass | None:
         if m:
             name = m.groupdict().get("name")
             return FatalClass(cid, f"{label} {name}" if name else label)
+    if body[:1].strip() and _ERROR_LEVEL.match(line):  # logged at error level (not a traceback frame under it)
+        return FatalClass("error-level", "line logged at error level")
     return None
+
+
+_ERROR_LEVEL = re.compile(r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\])")

@@ -48,7 +48,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "toolchain-lacks-arch",
         re.compile(
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
-            r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?arch(?:itecture)?\b|PTXASError|"
+            r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?\b|PTXASError|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
@@ -64,7 +64,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:wasn't|was not|not) (?:been )?(?:built|compiled) (?:for|with)|operator wasn't built|"
             r"named symbol not found|cudaErrorSymbolNotFound|no (?:binary|image) for|CUDA_ERROR_INVALID_PTX|"
             r"cudaErrorInvalidPtx|[Mm]ismatched GPU [Aa]rchitecture|compiled for [\d ,]+,? ?but your (?:current )?GPU|"
-            r"STATUS_ARCH_MISMATCH|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
+            r"STATUS_ARCH_MISMATCH|kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage|"
+            r"unable to find an engine to execute|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
             r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
             r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
             r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary",
@@ -84,7 +85,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"[Ii]llegal (?:[Ii]nstruction|memory access|address)|[Mm]isaligned\b.{0,30}address|"
             r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
-            r"cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
+            r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
             r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
             r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction",
@@ -93,7 +94,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "arch-path-unsupported",
         re.compile(
-            r"[Uu]nsupported (?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
+            r"[Uu]nsupported (?:CUDA |GPU |compute )?(?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
+            r"\bis_sm\d+\w*.{0,60}to be true|(?:GPU|device|architecture|platform) (?:is )?not (?:yet )?supported|"
+            r"sm_?\d+[af]? (?:is )?not supported|"
             r"not (?:yet )?supported (?:on|for|by) (?:this|the current|your|current)? ?"
             r"(?:GPU|device|arch|platform|hardware|SM)|"
             r"(?:only|not) supported (?:on|for) (?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|GPUs? with)|"
@@ -126,7 +129,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"ImportError|ModuleNotFoundError|No module named|undefined symbol|cannot open shared object|"
             r"\.so(?:\.\d+)*: cannot|FileNotFoundError|No such file or directory|not installed|"
             r"driver version is insufficient|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE|no CUDA-capable device|"
-            r"CUDA driver version|(?:version|versions) (?:mismatch|conflict|incompatible)|"
+            r"CUDA driver version|unsatisfied condition|update your (?:NVIDIA )?driver|(?:version|versions) (?:mismatch|conflict|incompatible)|"
             r"requires? \w[\w-]* ?[<>=]=?\s*\d|"
             r"GLIBC|Permission denied|PermissionError|Address already in use|Connection refused|"
             r"\b40[13]\b|[Tt]okenizer|AttributeError: module|has no attribute|incompatible with|"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from sm120patch import fatal
 from sm120patch.diagnose import diagnose
 from sm120patch.signatures import load_signatures
 from sm120patch.triage_classes import CLASSES, SM12X_CLASSES, classify_line
@@ -38,11 +39,23 @@ def one(lines: list[str]):  # noqa: ANN201
         ("torch.OutOfMemoryError: allocation of 4 GiB failed", "out-of-memory"),
         ("torch.distributed.DistBackendError: watchdog timeout in all_reduce", "communication"),
         ("OSError: libcudart.so.13: cannot open shared object file", "environment"),
+        ("RuntimeError: Expected is_sm90 || is_sm8x to be true, but got false.", "arch-path-unsupported"),
+        ("RuntimeError: Unsupported CUDA architecture for this kernel", "arch-path-unsupported"),
+        ("RuntimeError: GET was unable to find an engine to execute this computation", "binary-lacks-arch"),
+        ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "binary-lacks-arch"),
+        ("NVRM: Xid (PCI:0000:01:00): 13, Graphics SM Warp Exception: Illegal Instruction Encoding", "kernel-fault"),
+        ("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.", "other"),
+        ("========= Invalid __global__ read of size 16 bytes", "kernel-fault"),
+        (
+            "E0305 20:23:38.890000 755 triton_heuristics.py:533] Triton compilation failed: triton_poi_0",
+            "toolchain-lacks-arch",
+        ),
+        ("CMake Error at select_compute_arch.cmake:225: Unknown CUDA Architecture Name 9.0a", "toolchain-lacks-arch"),
     ],
 )
 def test_each_cue_gives_its_class(line: str, cls: str) -> None:
     assert cls in CLASSES
-    got = classify_line(line)
+    got = classify_line(fatal.strip_prefix(line)[0])
     assert got is not None and got[0] == cls, got
     d, f = one(["Traceback (most recent call last):", line])
     assert (f.source, f.cls, f.evidence, d.exit_code) == ("structure", cls, "class", 1)
@@ -169,8 +182,14 @@ def test_traceback_frames_without_an_exception_line_are_not_silence() -> None:
 
 
 def test_a_named_cause_leaves_no_room_for_a_class_guess() -> None:
-    d = diagnose(["RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
-                  "ValueError: something else\n"], [], None)
+    d = diagnose(
+        [
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+            "ValueError: something else\n",
+        ],
+        [],
+        None,
+    )
     assert [f.source for f in d.findings if f.fatal] == ["catalogue"] and d.exit_code == 0
 
 
@@ -179,3 +198,9 @@ def test_every_signature_has_a_class_and_architecture_classes_go_with_sm12x_verd
         assert s.cls in CLASSES
         if s.sm12x == "yes":
             assert s.cls in SM12X_CLASSES, s.id
+
+
+def test_a_line_logged_at_error_level_is_fatal_but_a_frame_under_it_is_not() -> None:
+    assert fatal.classify("E0710 17:52:13.982435  5263 gpu_resources.cc:98] Mismatched GPU Architecture") is not None
+    assert fatal.classify("(EngineCore_DP0 pid=1) ERROR 01-10 22:23:50 [core.py:936] EngineCore died") is not None
+    assert fatal.classify('(EngineCore_DP0 pid=1) ERROR 01-10 22:23:50 [core.py:936]   File "x.py", line 1') is None
