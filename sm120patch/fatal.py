@@ -91,7 +91,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "fatal-message",
         "fatal message",
         re.compile(
-            r"(?i:\bfatal\b)|No compiled \w+|\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|CMake Error\b|"
+            r"(?i:\bfatal\b)|No compiled \w+|CMake Error\b|"
+            r"\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|"
             r"not supported on \.?target|\bis not supported\b|"
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"

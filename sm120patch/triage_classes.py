@@ -94,7 +94,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "arch-path-unsupported",
         re.compile(
-            r"[Uu]nsupported (?:CUDA |GPU |compute )?(?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
+            r"[Uu]nsupported (?:CUDA |GPU |compute )?"
+            r"(?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
             r"\bis_sm\d+\w*.{0,60}to be true|(?:GPU|device|architecture|platform) (?:is )?not (?:yet )?supported|"
             r"sm_?\d+[af]? (?:is )?not supported|"
             r"not (?:yet )?supported (?:on|for|by) (?:this|the current|your|current)? ?"
