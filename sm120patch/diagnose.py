@@ -372,9 +372,12 @@ class Diagnoser:
     def _note_warning(self, line: str) -> None:
         """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
         without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
-        got = triage_classes.classify_line(fatal.strip_prefix(line)[0])
-        if got is None or got[0] not in WARNING_CLASSES or got[1].lower() in ("ptxas", "nvcc", "nvrtc"):
+        body, quiet = fatal.strip_prefix(line)
+        got = triage_classes.classify_line(body)
+        if got is None or got[1].lower() in ("ptxas", "nvcc", "nvrtc"):
             return
+        if got[0] not in WARNING_CLASSES and (quiet or got[0] not in CONTEXT_CLASSES):
+            return  # an INFO/WARNING line may only say a build or toolchain lacks the GPU
         if got[0] not in self._from_warnings:
             cue = f"{got[1]} (in a line not logged as an error)"
             self._from_warnings[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)

@@ -204,3 +204,27 @@ def test_a_line_logged_at_error_level_is_fatal_but_a_frame_under_it_is_not() -> 
     assert fatal.classify("E0710 17:52:13.982435  5263 gpu_resources.cc:98] Mismatched GPU Architecture") is not None
     assert fatal.classify("(EngineCore_DP0 pid=1) ERROR 01-10 22:23:50 [core.py:936] EngineCore died") is not None
     assert fatal.classify('(EngineCore_DP0 pid=1) ERROR 01-10 22:23:50 [core.py:936]   File "x.py", line 1') is None
+
+
+def test_a_healthy_log_with_scary_warnings_stays_exit_0() -> None:
+    lines = [
+        # https://github.com/vllm-project/vllm/issues/31936 (a warning on a healthy run)
+        "WARNING 12-29 15:21:09 [custom_all_reduce.py:154] Custom allreduce is disabled because it's not supported on "
+        "more than two PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.",
+        "INFO 07-24 08:25:45 pynccl.py:63] vLLM is using nccl==2.20.5",
+        "host:123:456 [0] NCCL INFO Channel 00/02 :    0   1",
+        "[2026-01-02 10:00:00 TP0] Decode batch. #running-req: 8, #token: 4096, token usage: 0.02, cuda graph: True",
+        "The server is fired up and ready to roll!",
+    ]
+    d = diagnose([line + "\n" for line in lines], [], None)
+    assert d.exit_code == 0 and not [f for f in d.findings if f.fatal], d.render()
+
+
+def test_a_non_error_line_answers_a_log_without_fatal_lines_thinly() -> None:
+    _, f = one(
+        [
+            "WARNING:bitsandbytes.cextension:The installed version of bitsandbytes was compiled without GPU support.",
+            "loading model",
+        ]
+    )
+    assert (f.cls, f.evidence) == ("binary-lacks-arch", "thin") and "not logged as an error" in f.meaning
