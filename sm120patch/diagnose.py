@@ -6,16 +6,19 @@ a multi-gigabyte log costs constant memory. Recipe crash signatures are checked
 first: a recipe is implicated only when the journal says it is applied, or,
 without journal information, flagged as "unknown" and said so. Then the
 catalogue (patches/signatures.toml; per line the first matching signature wins).
-A fatal line nothing names gets a generic class (fatal.py) and exit 1: a fatal
-log is never answered with silence. Each finding says whether the cause is SM12x
+A fatal line nothing names is answered from the log's structure (triage_classes.py:
+the cause class its words show, the library in the traceback, the architectures and
+backend flags the log names), with exit 1 and a word on how thin that evidence is: a
+fatal log is never answered with silence. Lines no matcher could care about are
+skipped by one keyword search (prefilter.py). Each finding says whether the cause is SM12x
 ("yes" only on evidence that does not fit other GPUs, "maybe" with how to tell),
 and its next step is in the flags of the framework that wrote the log (logkind.py).
 
 JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
     {
-      "cause_found": bool,          # a fatal signature was named
-      "exit_code": 0 | 1,           # 0 cause found or no fatal line; 1 fatal line(s) nothing names
+      "cause_found": bool,          # a fatal signature (or recipe) named the cause
+      "exit_code": 0 | 1,           # 0 cause found or no fatal line; 1 only a class answers it
       "lines_read": int,
       "target": str | null,         # --target, used in the rollback commands
       "journal": "read" | "unknown",
@@ -25,8 +28,10 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
               "other_evidence": {"line_no": int, "line": str} | null},
       "findings": [                 # fatal first, then by line
         {
-          "source": "recipe" | "catalogue",
-          "signature": str,         # catalogue id, or the recipe's signature text
+          "source": "recipe" | "catalogue" | "structure",
+          "signature": str,         # catalogue id, the recipe's signature text, or "class:<class>"
+          "class": str,             # cause class (triage_classes.CLASSES)
+          "evidence": "signature" | "class" | "thin",  # what the cause rests on
           "fatal": bool,
           "sm12x": "yes" | "maybe" | "no",  # is the cause SM12x, on this log's evidence
           "check": str,             # how to tell, when "maybe" (else "")
@@ -37,7 +42,8 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
           "line_no": int,           # 1-based, first occurrence
           "line": str,              # that line (ANSI colours stripped, clipped)
           "count": int,             # occurrences (ranks repeat the same error)
-          "details": {str: str},    # named captures, e.g. majors, module
+          "details": {str: str},    # named captures, e.g. majors, module; for "structure":
+                                    # cue, library, flag, archs, cuda_error (those the log shows)
           "sources": [str],
           "notes": [str]
         }
@@ -63,24 +69,12 @@ from sm120patch.logkind import LogKind
 from sm120patch.prefilter import Prefilter
 from sm120patch.recipes import Recipe
 from sm120patch.signatures import Signature, load_signatures
+from sm120patch.triage_structure import StructureWatcher
 
 MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
 SHOW_CHARS = 400  # characters of a log line kept in a finding
 MAX_UNNAMED = 5
-CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
-# classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
-CONTEXT_CLASSES = frozenset(
-    {
-        "toolchain-lacks-arch",
-        "binary-lacks-arch",
-        "resource-limit",
-        "arch-path-unsupported",
-        "kernel-fault",
-        "out-of-memory",
-    }
-)
-WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # shown by a line that is not fatal
 FULL_KIND_LINES = 5000  # lines whose framework marks are counted even when the prefilter skips them
 MISSING = "not named in the log"
 
@@ -243,23 +237,6 @@ class Diagnosis:
         return "\n".join(out)
 
 
-STRUCTURE_ORDER = (
-    "toolchain-lacks-arch",
-    "binary-lacks-arch",
-    "resource-limit",
-    "arch-path-unsupported",
-    "kernel-fault",
-    "out-of-memory",
-    "communication",
-    "environment",
-    "other",
-)
-
-
-def _is_sm12x_arch(name: str) -> bool:
-    return bool(re.search(r"12[01]|capability 12", name))
-
-
 def _verdict_text(f: Finding) -> str:
     if f.sm12x == "yes":
         return "yes, an SM12x (SM120/SM121) problem"
@@ -308,11 +285,7 @@ class Diagnoser:
         self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
         self._notes: list[str] = []
         self.lines_read = 0
-        self.evidence = triage_classes.Evidence()
-        self._candidates: dict[str, triage_classes.StructureFinding] = {}  # class -> first line showing it
-        self._from_context: dict[str, triage_classes.StructureFinding] = {}  # class shown just before a bare line
-        self._from_warnings: dict[str, triage_classes.StructureFinding] = {}  # class shown by a non-fatal line
-        self._fallback: tuple[int, str] | None = None  # the last unnamed fatal line the words show no class of
+        self.structure = StructureWatcher()
         self._prefilter = Prefilter(text for _, text in self._recipe_sigs) if prefilter else None
 
     def feed(self, raw: str) -> list[Finding]:
@@ -327,7 +300,7 @@ class Diagnoser:
             self._context.append(line)
             return []
         self.kind.feed(self.lines_read, line)
-        self.evidence.feed(self.lines_read, line)
+        self.structure.feed(self.lines_read, line)
         new: list[Finding] = []
         catalogue = self._match(line)
         hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
@@ -346,59 +319,11 @@ class Diagnoser:
             cls = fatal.classify(line)
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
-                self._note_structure(line)
+                self.structure.fatal_line(self.lines_read, line, self._context)
             else:
-                self._note_warning(line)
+                self.structure.other_line(self.lines_read, line, self._context)
         self._context.append(line)
         return new
-
-    def _note_structure(self, line: str) -> None:
-        """Keep, per cause class, the first fatal line whose words show it (and the last fatal line)."""
-        body, _ = fatal.strip_prefix(line)
-        got = triage_classes.classify_line(body)
-        if got is not None:
-            cls, cue = got
-            if cls not in self._candidates:
-                self._candidates[cls] = self._structure(cls, cue, self.lines_read, line, thin=False)
-            return
-        self._fallback = (self.lines_read, line)
-        for before in reversed(list(self._context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
-            got = triage_classes.classify_line(fatal.strip_prefix(before)[0])
-            if got is not None and got[0] in CONTEXT_CLASSES and got[0] not in self._from_context:
-                cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
-                self._from_context[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)
-                break
-
-    def _note_warning(self, line: str) -> None:
-        """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
-        without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
-        body, quiet = fatal.strip_prefix(line)
-        got = triage_classes.classify_line(body)
-        if got is None or got[1].lower() in ("ptxas", "nvcc", "nvrtc"):
-            return
-        if got[0] not in WARNING_CLASSES and (quiet or got[0] not in CONTEXT_CLASSES):
-            return  # an INFO/WARNING line may only say a build or toolchain lacks the GPU
-        if got[0] not in self._from_warnings:
-            cue = f"{got[1]} (in a line not logged as an error)"
-            self._from_warnings[got[0]] = self._structure(got[0], cue, self.lines_read, line, thin=True)
-
-    def _structure(self, cls: str, cue: str, line_no: int, line: str, thin: bool) -> triage_classes.StructureFinding:
-        ev = self.evidence
-        context = " ".join(list(self._context)[-12:])
-        library = triage_classes.library_in(line) or ev.library_near(line_no)
-        token = triage_classes.sm12x_token_in(line + " " + context)
-        return triage_classes.StructureFinding(
-            cls=cls,
-            line_no=line_no,
-            line=_clip(line.strip()),
-            cue=cue,
-            library=library,
-            archs=ev.archs_near(line_no),
-            flag=ev.flag_for(library, line + " " + context),
-            cuda_error=triage_classes.cuda_error_of(line),
-            sm12x_token=token,
-            thin=thin,
-        )
 
     def result(self) -> Diagnosis:
         """The diagnosis so far; verdicts and advice use everything the log has shown."""
@@ -444,74 +369,27 @@ class Diagnoser:
 
     def _structural_findings(self) -> list[Finding]:
         """No signature named a fatal line: answer from the log's structure, at the level it supports."""
-        pick = next((self._candidates[c] for c in STRUCTURE_ORDER if c in self._candidates), None)
-        if pick is None:
-            pick = next((self._from_context[c] for c in STRUCTURE_ORDER if c in self._from_context), None)
-        if pick is None and self._fallback is None:
-            pick = next((self._from_warnings[c] for c in STRUCTURE_ORDER if c in self._from_warnings), None)
-        last = self._fallback or self.evidence.last_frame
-        if pick is None and last is not None:
-            line_no, line = last
-            archs = self.evidence.archs_near(line_no, window=12)
-            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no)
-            kernel_lib = lib not in (None, "torch", "vllm", "sglang")
-            cls = "arch-path-unsupported" if archs and kernel_lib else "other"
-            cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
-            pick = self._structure(cls, cue, line_no, line, thin=True)
-            if self._fallback is None:
-                pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
-        if pick is None:
+        a = self.structure.answer(self.kind, self._context)
+        if a is None:
             return []
-        verdict, check, notes = self._structure_verdict(pick)
-        details = {"cue": pick.cue} if pick.cue else {}
-        if pick.library:
-            details["library"] = pick.library
-        if pick.flag:
-            details["flag"] = f"{pick.flag[0]} {pick.flag[1]}"
-        if pick.archs:
-            details["archs"] = ", ".join(pick.archs)
-        if pick.cuda_error:
-            details["cuda_error"] = pick.cuda_error
+        p = a.pick
         return [
             Finding(
                 source="structure",
-                signature=f"class:{pick.cls}",
+                signature=f"class:{p.cls}",
                 fatal=True,
-                meaning=pick.meaning(),
-                next_step=triage_classes.next_step(pick.cls, pick.library, pick.flag),
-                line_no=pick.line_no,
-                line=pick.line,
-                details=details,
-                notes=notes,
-                sm12x=verdict,
-                check=check,
-                cls=pick.cls,
-                evidence="thin" if pick.thin else "class",
+                meaning=p.meaning(),
+                next_step=triage_classes.next_step(p.cls, p.library, p.flag),
+                line_no=p.line_no,
+                line=p.line,
+                details=a.details,
+                notes=a.notes,
+                sm12x=a.verdict,
+                check=a.check,
+                cls=p.cls,
+                evidence="thin" if p.thin else "class",
             )
         ]
-
-    def _structure_verdict(self, pick: triage_classes.StructureFinding) -> tuple[str, str, list[str]]:
-        """Is a structural cause SM12x? Only a class of architecture causes can be, and only the log says so."""
-        notes: list[str] = []
-        if pick.cls not in triage_classes.SM12X_CLASSES:
-            return "no", "", notes
-        kind = self.kind
-        if kind.gpu == "other" and kind.other_gpu:
-            notes.append(
-                f"the log shows a GPU that is not SM12x (line {kind.other_gpu.line_no}: {kind.other_gpu.line})"
-            )
-            return "no", "", notes
-        shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
-        if shown:
-            notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
-        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
-        if token:
-            notes.append(f"the failing lines name SM12x ({token})")
-        strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")
-        if not pick.thin and (token or (shown and strong)):
-            return "yes", "", notes
-        check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; " + GPU_CHECK
-        return "maybe", check, notes
 
     def _resolve(self, f: Finding, framework: str | None) -> Finding:
         """Settle "maybe" with the GPU the log shows, and put the advice in the framework's flags."""
@@ -523,7 +401,7 @@ class Diagnoser:
             if gpu == "sm12x" and self.kind.sm12x_gpu:
                 ev = self.kind.sm12x_gpu
                 notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
-                if f.cls != "kernel-fault" or self.evidence.sm12x_token_near(f.line_no):
+                if f.cls != "kernel-fault" or self.structure.evidence.sm12x_token_near(f.line_no):
                     verdict = "yes"
                 else:  # a faulting kernel on an RTX 5090 is as often a plain bug as an SM12x path
                     notes.append("a kernel fault happens on any GPU: the GPU alone does not make it an SM12x cause")
