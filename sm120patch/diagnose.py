@@ -296,7 +296,7 @@ class Diagnoser:
             line = _ANSI.sub("", line)
         if self._prefilter is not None and not self._prefilter.passes(line):
             if self.lines_read <= FULL_KIND_LINES:
-                self.kind.feed(self.lines_read, line)  # framework marks are in every line of some logs
+                self.kind.feed_marks(line)  # framework marks are in every line of some logs
             self._context.append(line)
             return []
         self.kind.feed(self.lines_read, line)

@@ -63,13 +63,17 @@ class LogKind:
     other_gpu: Evidence | None = None
 
     def feed(self, line_no: int, line: str) -> None:
-        for name, pattern in _MARKERS.items():
-            if pattern.search(line):
-                self.hits[name] += 1
+        self.feed_marks(line)
         if self.sm12x_gpu is None and _SM12X_GPU.search(line):
             self.sm12x_gpu = Evidence(line_no, line.strip()[:_CLIP])
         if self.other_gpu is None and _OTHER_GPU.search(line):
             self.other_gpu = Evidence(line_no, line.strip()[:_CLIP])
+
+    def feed_marks(self, line: str) -> None:
+        """Only the framework marks (every line of an SGLang log has its TP prefix)."""
+        for name, pattern in _MARKERS.items():
+            if pattern.search(line):
+                self.hits[name] += 1
 
     @property
     def framework(self) -> str | None:
