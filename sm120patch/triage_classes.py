@@ -19,16 +19,20 @@ from collections import deque
 from dataclasses import dataclass, field
 
 # class id -> (is an SM12x architecture cause, one line for people)
+# class id -> (is an SM12x architecture cause, what happened; {where} is " in <library>" or "")
 CLASSES: dict[str, tuple[bool, str]] = {
-    "arch-path-unsupported": (True, "a code path or kernel written only for other GPU architectures was reached"),
-    "binary-lacks-arch": (True, "a compiled binary carries no code for this GPU's architecture"),
-    "toolchain-lacks-arch": (True, "a compiler, assembler or JIT does not know this GPU's architecture"),
-    "resource-limit": (True, "a kernel asks for more shared memory, registers or threads than this GPU has"),
-    "kernel-fault": (True, "a GPU kernel faulted (illegal instruction or address, launch failure)"),
-    "out-of-memory": (False, "the GPU (or host) ran out of memory"),
-    "communication": (False, "a collective or peer-to-peer transfer between ranks failed (NCCL, distributed)"),
-    "environment": (False, "the software environment is broken (a missing module, mismatched versions, files)"),
-    "other": (False, "a failure that is not about the GPU architecture"),
+    "arch-path-unsupported": (
+        True,
+        "a code path or kernel{where} written only for other GPU architectures was reached",
+    ),
+    "binary-lacks-arch": (True, "a compiled binary{where} carries no code for this GPU's architecture"),
+    "toolchain-lacks-arch": (True, "a compiler, assembler or JIT{where} does not know this GPU's architecture"),
+    "resource-limit": (True, "a kernel{where} asks for more shared memory, registers or threads than this GPU has"),
+    "kernel-fault": (True, "a GPU kernel{where} faulted (illegal instruction or address, launch failure)"),
+    "out-of-memory": (False, "the GPU (or host) ran out of memory{where}"),
+    "communication": (False, "a collective or peer-to-peer transfer between ranks failed{where}"),
+    "environment": (False, "the software environment is broken{where} (a missing module, mismatched versions, files)"),
+    "other": (False, "a failure{where} that is not about the GPU architecture, as far as the log shows"),
 }
 SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
 
@@ -228,13 +232,14 @@ class StructureFinding:
     thin: bool  # the class rests on a generic exception line, not on a telling phrase
 
     def meaning(self) -> str:
-        what = CLASSES[self.cls][1]
         where = f" in {self.library}" if self.library else ""
         archs = [a for a in self.archs if not a.upper().startswith(("SM12", "SM_12"))]
         if self.cls == "arch-path-unsupported" and archs:
             text = f"A path{where} written for {'/'.join(archs)} only was reached on a GPU it does not support"
         else:
-            text = f"Class {self.cls}: {what}{where}"
+            what = CLASSES[self.cls][1].format(where=where)
+            text = what[0].upper() + what[1:]
+        text += f" (class {self.cls})"
         if self.flag:
             text += f"; the flag that picks it is {self.flag[0]} {self.flag[1]}"
         if self.cuda_error:
