@@ -44,6 +44,7 @@ _KEYS: dict[str, type] = {
     "by_value": dict,
     "advice": dict,
     "class": str,
+    "fixed_by": list,
 }
 _REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x", "class")
 VERDICTS = ("yes", "maybe", "no")
@@ -88,6 +89,7 @@ class Signature:
     by_value: tuple[tuple[str, tuple[tuple[str, ValueFact], ...]], ...] = ()
     advice: tuple[tuple[str, str], ...] = ()
     cls: str = "other"  # the cause class (triage_classes.CLASSES)
+    fixed_by: tuple[str, ...] = ()  # recipes whose gate or kernels this crash is about
 
     def search(self, line: str) -> re.Match[str] | None:
         return self.pattern.search(line)
@@ -161,6 +163,11 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
         raise fail(path, f"{where}.class", f"is {raw['class']!r}", f"use one of {', '.join(CLASSES)}")
     if verdict == "maybe" and not raw.get("check", "").strip():
         raise fail(path, f"{where}.check", "missing", "a 'maybe' signature must say how to tell SM12x from the rest")
+    fixed_by = raw.get("fixed_by", [])
+    if not all(isinstance(r, str) and _ID_RE.match(r) for r in fixed_by):
+        raise fail(
+            path, f"{where}.fixed_by", "must be a list of recipe ids", 'e.g. fixed_by = ["sglang-moe-backend-sm120"]'
+        )
     arch_group = raw.get("arch_group")
     if arch_group is not None and arch_group not in groups:
         raise fail(path, f"{where}.arch_group", f"names {arch_group!r}, which no regex captures", "fix it")
@@ -192,6 +199,7 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
         by_value=by_value,
         advice=advice,
         cls=raw["class"],
+        fixed_by=tuple(fixed_by),
     )
 
 

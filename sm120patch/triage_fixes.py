@@ -35,13 +35,15 @@ class Fix:
 
 
 def matching_recipes(finding: Finding, recipes: Sequence[Recipe]) -> list[Recipe]:
-    """Recipes whose crash signature is in the finding's line, or whose kernels the finding names."""
+    """Recipes whose crash signature is in the finding's line, that its signature names (`fixed_by`),
+    or that build the kernel module the finding names (FlashInfer recipes: those provide kernels)."""
     module = finding.details.get("module", "")
+    named = set(finding.sig.fixed_by) if finding.sig is not None else set()
     out = []
     for r in recipes:
         by_text = any(s in finding.line for s in r.crash_signatures)
-        by_kernels = bool(module) and any(n.split(":", 1)[-1] == module for n in r.needs)
-        if by_text or by_kernels:
+        by_kernels = r.package == "flashinfer" and bool(module) and any(n.split(":", 1)[-1] == module for n in r.needs)
+        if by_text or by_kernels or r.id in named:
             out.append(r)
     return out
 

@@ -69,3 +69,17 @@ def test_sglang_tree_alone_finds_the_flashinfer_beside_it_and_a_fixed_flashinfer
     fetch_or_skip("flashinfer", "0.6.17", fixed)
     (f,) = diagnose(log, fixed)["findings"]
     assert f"--recipe {FIX}" not in f["next_step"]  # 0.6.17 has PR 3903 already: nothing to backport
+
+
+def test_a_signature_names_the_recipe_whose_gate_it_is(tmp_path: Path) -> None:
+    """trtllm-gen MoE has no SM12x kernels: on 0.5.9 the fix is the recipe that routes NVFP4 MoE to
+    flashinfer_cutlass; 0.5.23 does that itself (since 0.5.13), so it gets no apply advice."""
+    log = tmp_path / "server.log"
+    log.write_text("RuntimeError: TrtllmGenBatchedGemmRunner: No kernel found for the given options\n")
+    old = fetch_or_skip("sglang", "0.5.9", tmp_path / "old")
+    (f,) = diagnose(log, old)["findings"]
+    assert f["signature"] == "trtllm-gen-moe-no-kernel"
+    assert f"sm120patch apply {shlex.quote(str(old.resolve()))} --recipe sglang-moe-backend-sm120" in f["next_step"]
+    new = fetch_or_skip("sglang", "0.5.23", tmp_path / "new")
+    (f,) = diagnose(log, new)["findings"]
+    assert "sm120patch apply" not in f["next_step"] and "flashinfer_cutlass" in f["next_step"]

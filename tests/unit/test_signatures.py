@@ -138,3 +138,11 @@ def test_every_signature_has_a_row_in_the_crash_doc() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "crashed.md").read_text(encoding="utf-8")
     rows = {line.split("|")[2].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")}
     assert rows == {s.id for s in load_signatures()}
+
+
+def test_fixed_by_names_real_recipes() -> None:
+    from sm120patch.recipes import load_recipes
+
+    ids = {r.id for r in load_recipes()}
+    named = {r for s in load_signatures() for r in s.fixed_by}
+    assert named and named <= ids, named - ids
