@@ -69,8 +69,9 @@ def write_log(path: Path, mb: int) -> int:
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """One whole process, run from / so `python -m` imports the checkout PYTHONPATH names."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")
     return time.perf_counter() - t0, r
 
 
@@ -86,7 +87,10 @@ def main() -> int:
         lines = write_log(log, a.mb)
         cmds: dict[str, tuple[list[str], dict[str, str] | None]] = {
             "grep": (["grep", "-c", "Error", str(log)], None),
-            "diagnose": ([sys.executable, "-m", "sm120patch", "diagnose", str(log), "--json"], None),
+            "diagnose": (
+                [sys.executable, "-m", "sm120patch", "diagnose", str(log), "--json"],
+                dict(os.environ, PYTHONPATH=str(REPO)),
+            ),
         }
         if a.before:
             env = dict(os.environ, PYTHONPATH=str(a.before), SM120PATCH_RECIPES=str(a.before / "patches"))
@@ -97,6 +101,9 @@ def main() -> int:
             for _ in range(a.reps if name != "before" else 1):
                 dt, r = timed(cmd, env)
                 if name != "grep":
+                    if not r.stdout.strip():
+                        print(f"triage_bench: {name} printed nothing: {r.stderr.strip()[-400:]}", file=sys.stderr)
+                        return 1
                     data = json.loads(r.stdout)
                     named = [f["signature"] for f in data["findings"] if f["fatal"]]
                     if "flashinfer-jit-arch-excluded" not in named or data["lines_read"] != lines:
