@@ -286,7 +286,8 @@ class Diagnoser:
         self._notes: list[str] = []
         self.lines_read = 0
         self.structure = StructureWatcher()
-        self._prefilter = Prefilter(text for _, text in self._recipe_sigs) if prefilter else None
+        words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
+        self._prefilter = Prefilter(words) if prefilter else None
 
     def feed(self, raw: str) -> list[Finding]:
         """Match one log line; returns findings seen for the first time on this line."""

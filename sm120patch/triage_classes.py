@@ -171,6 +171,14 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("sglang", re.compile(r"\bsglang\b")),
     ("torch", re.compile(r"\btorch\b")),
 )
+# lower-case words every library pattern above needs, for the prefilter (prefilter.py)
+LIBRARY_WORDS = (
+    "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
+    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "xformers", "flash_attn", "flash-attention",
+    "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
+    "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
+    "vllm", "sglang", "torch",
+)  # fmt: skip
 _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).

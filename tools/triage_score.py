@@ -333,8 +333,8 @@ def render(s: Score) -> str:
     for o in s.outcomes:
         by_fw.setdefault(o.case.framework, []).append(o)
     lines = [
-        f"Corpus: {f['cases']} real crash excerpts from public threads ({f['sm12x_cases']} SM12x, "
-        f"{f['other_cases']} other GPUs or other causes), in `tests/corpus/triage/`.",
+        f"Seed corpus: {f['cases']} real crash excerpts from public threads ({f['sm12x_cases']} SM12x, "
+        f"{f['other_cases']} other GPUs or other causes), in `tests/corpus/triage/` (sm12x, other, heldout.toml).",
         "",
         "| figure | value |",
         "| --- | --- |",

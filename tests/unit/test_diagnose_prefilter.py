@@ -60,3 +60,22 @@ def test_trie_pattern_matches_exactly_the_words() -> None:
         assert r.search(text), text
     for text in ("sm2", "er", "fai", "smx"):
         assert not r.search(text), text
+
+
+def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
+    from sm120patch.triage_classes import _LIBRARIES, LIBRARY_WORDS
+
+    p = Prefilter(LIBRARY_WORDS)
+    samples = {
+        "flashinfer": "at flashinfer::x", "sgl_kernel": "sgl_kernel.ops", "deep_gemm": "deep_gemm.jit",
+        "flash_mla": "flash_mla fwd", "vllm._C": "vllm/_C.abi3.so", "cutlass": "cutlass::gemm",
+        "tensorrt_llm": "tensorrt_llm.runtime", "tensorrt": "tensorrt.Builder", "xformers": "xformers.ops",
+        "flash_attn": "flash_attn_2_cuda", "bitsandbytes": "bitsandbytes.functional", "triton": "triton.language",
+        "llama.cpp/ggml": "ggml_cuda_op", "transformer_engine": "transformer_engine.pytorch",
+        "mamba_ssm": "mamba_ssm.ops", "onnxruntime": "onnxruntime.capi", "jax": "jaxlib.xla_client",
+        "tensorflow": "tensorflow.python", "vllm": "vllm.engine", "sglang": "sglang.srt", "torch": "torch.nn",
+        "fbgemm": "fbgemm_gpu.ops", "nunchaku": "nunchaku.models",
+    }  # fmt: skip
+    assert set(samples) == {name for name, _ in _LIBRARIES}
+    for name, pattern in _LIBRARIES:
+        assert pattern.search(samples[name]) and p.passes(samples[name]), name
