@@ -31,6 +31,11 @@ def check_head(data: bytes, name: str) -> str | None:
         return f"{name}: the log is empty; give the server's log file (its stdout/stderr), or pipe it to -"
     if data[:2] == b"\x1f\x8b" or data[:4] in (b"PK\x03\x04", b"\x28\xb5\x2f\xfd") or data[:3] == b"BZh":
         return f"{name}: is compressed, not a text log; decompress it first (e.g. zcat {name} | sm120patch diagnose -)"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return (
+            f"{name}: is UTF-16 text (a PowerShell redirect?), not UTF-8; convert it first: "
+            f"iconv -f UTF-16 -t UTF-8 {name} | sm120patch diagnose -"
+        )
     text = data.decode("utf-8", errors="replace")
     bad = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ord(ch) not in _TEXT_CONTROLS))
     if b"\x00" in data or bad > max(8, len(text) // 20):

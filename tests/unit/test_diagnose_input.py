@@ -22,6 +22,7 @@ from sm120patch.commands_triage import diagnose_cmd
         (b"\n\n  \n", "the log is empty"),
         (bytes(range(256)) * 40, "is not a text log"),
         (gzip.compress(b"RuntimeError: CUDA error: no kernel image is available\n"), "is compressed"),
+        ("RuntimeError: CUDA error\r\n".encode("utf-16"), "is UTF-16 text"),
     ],
 )
 def test_not_a_log_is_exit_2_with_one_line(tmp_path: Path, blob: bytes, says: str) -> None:
