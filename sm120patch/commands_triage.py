@@ -71,7 +71,12 @@ def _journal(target: Path | None) -> set[str] | None:
 
 @click.command("diagnose")
 @click.argument("logfile", required=False, default="-")
-@click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to (reads its journal).")
+@click.option(
+    "--target",
+    type=click.Path(path_type=Path),
+    help="The SGLang/FlashInfer tree (or site-packages) the server ran: its journal says which recipes are "
+    "applied, and the planner which sm120patch apply fixes the crash there.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (shape in sm120patch/diagnose.py).")
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
 def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> None:
