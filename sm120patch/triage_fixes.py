@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sm120patch.diagnose import Diagnosis, Finding
 from sm120patch.recipes import Recipe
+from sm120patch.targets import Target
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def matching_recipes(finding: Finding, recipes: Sequence[Recipe]) -> list[Recipe
     return out
 
 
-def _trees(target: Path) -> dict[str, object]:
+def _trees(target: Path) -> dict[str, Target]:
     """package -> Target: the trees under --target, and the FlashInfer next to an SGLang tree."""
     from sm120patch.errors import UserError
     from sm120patch.gatekeeper import recorded_flashinfer
@@ -66,7 +67,7 @@ def _trees(target: Path) -> dict[str, object]:
             candidates.insert(0, Path(rec["location"]))
         for c in candidates:
             try:
-                fi = [t for t in discover(c, "flashinfer")]
+                fi = discover(c, "flashinfer")
             except UserError:
                 continue
             if fi:
@@ -97,13 +98,13 @@ def find_fix(diag: Diagnosis, recipes: Sequence[Recipe], target: Path, arch: str
         mine = [r for r in wanted if r.package == package]
         if tree is None or not mine:
             continue
-        applied = applied_reasons(Journal.open(tree.root), tree)  # type: ignore[attr-defined]
-        for p in plan(tree, mine, parse_arch(arch), applied=applied):  # type: ignore[arg-type]
+        applied = applied_reasons(Journal.open(tree.root), tree)
+        for p in plan(tree, mine, parse_arch(arch), applied=applied):
             if p.status in (APPLICABLE, UNTESTED):
                 ids.append(p.recipe.id)
-                reasons.append(f"{p.recipe.id} ({package} {tree.version}): {p.recipe.title}")  # type: ignore[attr-defined]
-                if tree.root not in paths:  # type: ignore[attr-defined]
-                    paths.append(tree.root)  # type: ignore[attr-defined]
+                reasons.append(f"{p.recipe.id} ({package} {tree.version}): {p.recipe.title}")
+                if tree.root not in paths:
+                    paths.append(tree.root)
     if not ids:
         return None
     return Fix(tuple(ids), tuple(reversed(paths)), tuple(reasons))  # SGLANG FLASHINFER; apply patches FlashInfer first
