@@ -74,6 +74,7 @@ docs: venv
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
 	$(PY) benchmarks/census_bench.py
+	$(PY) benchmarks/triage_bench.py
 
 ## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
 bench-census: venv

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from sm120patch import log_input
 from sm120patch.errors import EXIT_USAGE, TargetError, UserError
 
 if TYPE_CHECKING:
@@ -70,14 +71,25 @@ def _journal(target: Path | None) -> set[str] | None:
 
 @click.command("diagnose")
 @click.argument("logfile", required=False, default="-")
-@click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to (reads its journal).")
+@click.option(
+    "--target",
+    type=click.Path(path_type=Path),
+    help="The SGLang/FlashInfer tree (or site-packages) the server ran: its journal says which recipes are "
+    "applied, and the planner which sm120patch apply fixes the crash there.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (shape in sm120patch/diagnose.py).")
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
 def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> None:
     """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
 
     Exit 0: a cause was named (or the log shows no error); 1: the log shows a fatal
-    error no known signature names; 2: bad input.
+    error no known signature names (then the finding gives its cause class, from the
+    traceback's library, the architectures and backend flags the log names, and says
+    when that evidence is thin); 2: bad input (a missing, empty or binary file).
+
+    With --target, a crash that an sm120patch recipe fixes gets the exact
+    `sm120patch apply ...` command for that tree (e.g. the FlashInfer backport for the
+    allreduce-fusion crash on SGLang 0.5.5-0.5.17 with its pinned FlashInfer).
     """
     from sm120patch.diagnose import diagnose, read_lines
     from sm120patch.signatures import load_signatures
@@ -94,11 +106,30 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
         stream = sys.stdin.buffer if logfile == "-" else open(logfile, "rb")  # noqa: SIM115
     except OSError as e:
         _fail(f"{logfile}: cannot read the log ({e.strerror}); give the server's log file or - for stdin")
+    name = "stdin" if logfile == "-" else logfile
     try:
-        result = diagnose(read_lines(stream), recipes, journal, signatures=signatures, target=target)
+        problem = log_input.check_head(log_input.head(stream), name)
+        if problem:
+            _fail(problem)
+        lines = read_lines(stream)
+        if sys.stderr.isatty():
+            lines = log_input.with_progress(lines, stream, name)
+        result = diagnose(lines, recipes, journal, signatures=signatures, target=target)
+    except OSError as e:
+        _fail(f"{name}: cannot read the log ({e.strerror}); give the server's log file or - for stdin")
     finally:
         if logfile != "-":
             stream.close()
+    if result.causes:
+        try:
+            from sm120patch.triage_fixes import advise, advise_without_target
+
+            if target is None:
+                advise_without_target(result, recipes)
+            else:
+                advise(result, recipes, target)
+        except Exception as e:  # advice is a bonus: it must never hide the diagnosis
+            click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

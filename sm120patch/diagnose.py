@@ -6,16 +6,19 @@ a multi-gigabyte log costs constant memory. Recipe crash signatures are checked
 first: a recipe is implicated only when the journal says it is applied, or,
 without journal information, flagged as "unknown" and said so. Then the
 catalogue (patches/signatures.toml; per line the first matching signature wins).
-A fatal line nothing names gets a generic class (fatal.py) and exit 1: a fatal
-log is never answered with silence. Each finding says whether the cause is SM12x
+A fatal line nothing names is answered from the log's structure (triage_classes.py:
+the cause class its words show, the library in the traceback, the architectures and
+backend flags the log names), with exit 1 and a word on how thin that evidence is: a
+fatal log is never answered with silence. Lines no matcher could care about are
+skipped by one keyword search (prefilter.py). Each finding says whether the cause is SM12x
 ("yes" only on evidence that does not fit other GPUs, "maybe" with how to tell),
 and its next step is in the flags of the framework that wrote the log (logkind.py).
 
 JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
     {
-      "cause_found": bool,          # a fatal signature was named
-      "exit_code": 0 | 1,           # 0 cause found or no fatal line; 1 fatal line(s) nothing names
+      "cause_found": bool,          # a fatal signature (or recipe) named the cause
+      "exit_code": 0 | 1,           # 0 cause found or no fatal line; 1 only a class answers it
       "lines_read": int,
       "target": str | null,         # --target, used in the rollback commands
       "journal": "read" | "unknown",
@@ -25,8 +28,10 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
               "other_evidence": {"line_no": int, "line": str} | null},
       "findings": [                 # fatal first, then by line
         {
-          "source": "recipe" | "catalogue",
-          "signature": str,         # catalogue id, or the recipe's signature text
+          "source": "recipe" | "catalogue" | "structure",
+          "signature": str,         # catalogue id, the recipe's signature text, or "class:<class>"
+          "class": str,             # cause class (triage_classes.CLASSES)
+          "evidence": "signature" | "class" | "thin",  # what the cause rests on
           "fatal": bool,
           "sm12x": "yes" | "maybe" | "no",  # is the cause SM12x, on this log's evidence
           "check": str,             # how to tell, when "maybe" (else "")
@@ -37,7 +42,8 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
           "line_no": int,           # 1-based, first occurrence
           "line": str,              # that line (ANSI colours stripped, clipped)
           "count": int,             # occurrences (ranks repeat the same error)
-          "details": {str: str},    # named captures, e.g. majors, module
+          "details": {str: str},    # named captures, e.g. majors, module; for "structure":
+                                    # cue, library, flag, archs, cuda_error (those the log shows)
           "sources": [str],
           "notes": [str]
         }
@@ -57,16 +63,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from sm120patch import fatal
+from sm120patch import fatal, triage_classes
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
 from sm120patch.logkind import LogKind
+from sm120patch.prefilter import Prefilter
 from sm120patch.recipes import Recipe
 from sm120patch.signatures import Signature, load_signatures
+from sm120patch.triage_structure import StructureWatcher
 
 MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
 SHOW_CHARS = 400  # characters of a log line kept in a finding
 MAX_UNNAMED = 5
+FULL_KIND_LINES = 5000  # lines whose framework marks are counted even when the prefilter skips them
 MISSING = "not named in the log"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -107,12 +116,16 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     sm12x: str = "maybe"  # "yes" | "maybe" | "no": is the cause SM12x, on this log's evidence
     check: str = ""  # how to tell, when "maybe"
+    cls: str = "other"  # the cause class (triage_classes.CLASSES)
+    evidence: str = "signature"  # "signature" | "class" | "thin": what the cause rests on
     sig: Signature | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "signature": self.signature,
+            "class": self.cls,
+            "evidence": self.evidence,
             "fatal": self.fatal,
             "sm12x": self.sm12x,
             "check": self.check,
@@ -146,7 +159,8 @@ class Diagnosis:
 
     @property
     def cause_found(self) -> bool:
-        return bool(self.causes)
+        """A signature or recipe named the cause (a structural class alone is not a named cause)."""
+        return any(f.source != "structure" for f in self.causes)
 
     @property
     def implicated_recipes(self) -> list[str]:
@@ -159,9 +173,10 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
-        if self.cause_found or not self.unnamed_errors:
+        """0: a signature named the cause, or the log shows no failure; 1: only a class (or nothing) answers it."""
+        if self.cause_found:
             return EXIT_OK
-        return EXIT_FAILED
+        return EXIT_FAILED if self.unnamed_errors or self.causes else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -186,12 +201,15 @@ class Diagnosis:
             out.append(f"{n} finding{'s' if n > 1 else ''} in {self.lines_read} log lines{fw}:")
         for f in self.findings:
             label = "FATAL" if f.fatal else "warning"
+            if f.source == "structure":
+                label += ", by class" + (" (thin evidence)" if f.evidence == "thin" else "")
             seen = f", seen {f.count}x" if f.count > 1 else ""
             out.append(f"[{label}] {f.signature} (line {f.line_no}{seen})")
             out.append(f"  log:     {f.line}")
             if f.recipe_ids:
                 state = "applied, per the journal" if f.journal == "applied" else "journal unknown"
                 out.append(f"  recipe:  {', '.join(f.recipe_ids)} ({state})")
+            out.append(f"  class:   {f.cls}")
             out.append(f"  meaning: {f.meaning}")
             out.append(f"  SM12x:   {_verdict_text(f)}")
             out.append(f"  next:    {f.next_step}")
@@ -254,6 +272,7 @@ class Diagnoser:
         journal_applied: set[str] | None,
         signatures: Sequence[Signature] | None = None,
         target: Path | None = None,
+        prefilter: bool = True,
     ) -> None:
         self.applied = journal_applied
         self.target = target
@@ -266,12 +285,23 @@ class Diagnoser:
         self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
         self._notes: list[str] = []
         self.lines_read = 0
+        self.structure = StructureWatcher()
+        words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
+        self._prefilter = Prefilter(words) if prefilter else None
 
     def feed(self, raw: str) -> list[Finding]:
         """Match one log line; returns findings seen for the first time on this line."""
         self.lines_read += 1
-        line = _ANSI.sub("", raw.rstrip("\r\n"))
+        line = raw.rstrip("\r\n")
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        if self._prefilter is not None and not self._prefilter.passes(line):
+            if self.lines_read <= FULL_KIND_LINES:
+                self.kind.feed_marks(line)  # framework marks are in every line of some logs
+            self._context.append(line)
+            return []
         self.kind.feed(self.lines_read, line)
+        self.structure.feed(self.lines_read, line)
         new: list[Finding] = []
         catalogue = self._match(line)
         hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
@@ -290,15 +320,19 @@ class Diagnoser:
             cls = fatal.classify(line)
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
+                self.structure.fatal_line(self.lines_read, line, self._context)
+            else:
+                self.structure.other_line(self.lines_read, line, self._context)
         self._context.append(line)
         return new
 
     def result(self) -> Diagnosis:
         """The diagnosis so far; verdicts and advice use everything the log has shown."""
         framework = self.kind.framework
-        findings = sorted(
-            (self._resolve(f, framework) for f in self._findings.values()), key=lambda f: (not f.fatal, f.line_no)
-        )
+        resolved = [self._resolve(f, framework) for f in self._findings.values()]
+        if not any(f.fatal for f in resolved):
+            resolved += self._structural_findings()
+        findings = sorted(resolved, key=lambda f: (not f.fatal, f.line_no))
         notes = list(self._notes)
         if self.applied is None and self._recipe_sigs:
             notes.append(
@@ -334,6 +368,30 @@ class Diagnoser:
                 return [(sig, m)]
         return []
 
+    def _structural_findings(self) -> list[Finding]:
+        """No signature named a fatal line: answer from the log's structure, at the level it supports."""
+        a = self.structure.answer(self.kind, self._context)
+        if a is None:
+            return []
+        p = a.pick
+        return [
+            Finding(
+                source="structure",
+                signature=f"class:{p.cls}",
+                fatal=True,
+                meaning=p.meaning(),
+                next_step=triage_classes.next_step(p.cls, p.library, p.flag),
+                line_no=p.line_no,
+                line=p.line,
+                details=a.details,
+                notes=a.notes,
+                sm12x=a.verdict,
+                check=a.check,
+                cls=p.cls,
+                evidence="thin" if p.thin else "class",
+            )
+        ]
+
     def _resolve(self, f: Finding, framework: str | None) -> Finding:
         """Settle "maybe" with the GPU the log shows, and put the advice in the framework's flags."""
         verdict, notes = f.sm12x, list(f.notes)
@@ -342,9 +400,12 @@ class Diagnoser:
         elif verdict == "maybe":
             gpu = self.kind.gpu
             if gpu == "sm12x" and self.kind.sm12x_gpu:
-                verdict = "yes"
                 ev = self.kind.sm12x_gpu
                 notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
+                if f.cls != "kernel-fault" or self.structure.evidence.sm12x_token_near(f.line_no):
+                    verdict = "yes"
+                else:  # a faulting kernel on an RTX 5090 is as often a plain bug as an SM12x path
+                    notes.append("a kernel fault happens on any GPU: the GPU alone does not make it an SM12x cause")
             elif gpu == "other" and self.kind.other_gpu:
                 verdict = "no"
                 ev = self.kind.other_gpu
@@ -436,6 +497,7 @@ class Diagnoser:
                 sources=list(sig.sources) if sig else [],
                 notes=notes,
                 sm12x=verdict,
+                cls=sig.cls if sig else "arch-path-unsupported",
                 sig=sig,
             )
 
@@ -460,6 +522,7 @@ class Diagnoser:
                 sources=list(sig.sources),
                 notes=notes,
                 sm12x=verdict,
+                cls=sig.cls,
                 sig=sig,
             )
 
@@ -473,9 +536,10 @@ def diagnose(
     *,
     signatures: Sequence[Signature] | None = None,
     target: Path | None = None,
+    prefilter: bool = True,
 ) -> Diagnosis:
     """Diagnose a whole log, streaming: `lines` may be an open file of any size."""
-    d = Diagnoser(recipes, journal_applied, signatures, target)
+    d = Diagnoser(recipes, journal_applied, signatures, target, prefilter=prefilter)
     for line in lines:
         d.feed(line)
     return d.result()

@@ -40,6 +40,12 @@ class FatalClass:
 # First match wins; order: most telling first.
 _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
+    ("gpu-driver-error", "GPU driver error (Xid)", re.compile(r"NVRM: Xid \(|\bXid \d+\b|GPU has fallen off the bus")),
+    (
+        "sanitizer-error",
+        "compute-sanitizer error",
+        re.compile(r"^=+ (?:Invalid|Misaligned|Out-of-range|Program hit|Error|Barrier error|Race|Malloc|Leaked)"),
+    ),
     ("trtllm-error", "TensorRT-LLM error", re.compile(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM\] \[E\]|\[[EF]\] \[TRT\]")),
     (
         "cuda-error",
@@ -51,13 +57,27 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "compiler error (ptxas/nvcc/LLVM)",
         re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b"),
     ),
-    ("assertion", "assertion failed", re.compile(r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b")),
+    (
+        "assertion",
+        "assertion failed",
+        re.compile(
+            r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
+            r"_ASSERT\b.{0,200}\bfailed\b"
+        ),
+    ),
     (
         "python-exception",
         "Python exception",
         re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
     ),
-    ("server-error", "server error", re.compile(r"^\s*ERROR:\s")),
+    ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
+    (
+        "server-error",
+        "server error",
+        re.compile(
+            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
+        ),
+    ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
     (
         "process-died",
@@ -71,9 +91,12 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "fatal-message",
         "fatal message",
         re.compile(
-            r"\bfatal\b|No compiled \w+|not supported on \.?target|\bis not supported\b|"
+            r"(?i:\bfatal\b)|No compiled \w+|CMake Error\b|"
+            r"\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|"
+            r"not supported on \.?target|\bis not supported\b|"
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
-            r"not compatible with the current|"
+            r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
+            r"\bcannot initialize\b|"
             r"\bno (?:\w+ )?kernel for\b|failed with error\b"
         ),
     ),
@@ -111,4 +134,9 @@ def classify(line: str) -> FatalClass | None:
         if m:
             name = m.groupdict().get("name")
             return FatalClass(cid, f"{label} {name}" if name else label)
+    if body[:1].strip() and _ERROR_LEVEL.match(line):  # logged at error level (not a traceback frame under it)
+        return FatalClass("error-level", "line logged at error level")
     return None
+
+
+_ERROR_LEVEL = re.compile(r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\])")

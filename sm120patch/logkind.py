@@ -33,7 +33,8 @@ _SM12X_GPU = re.compile(
     r"RTX PRO \d{4}|RTX ?50[5-9]0|\bGB10\b|DGX Spark|"
     r"(?:[Cc]apability|compute_cap)\D{0,4}12\.[01]\b|capability sm_12[01]\b|capability \(12, [01]\)|"
     r"major 12 minor [01]|--gpu-name=sm_12[01]|for 'sm_12[01]a?'|"
-    r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor"
+    r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor|"
+    r"sm_12[01]a? \(consumer Blackwell\)"
 )
 _OTHER_GPU = re.compile(
     r"\b(?:H100|H200|H800|H20|GH200|A100|A800|A10G?|A30|A40|L40S?|L20|V100|P100|T4|B200|B300|GB200|GB300)\b|"
@@ -62,13 +63,17 @@ class LogKind:
     other_gpu: Evidence | None = None
 
     def feed(self, line_no: int, line: str) -> None:
-        for name, pattern in _MARKERS.items():
-            if pattern.search(line):
-                self.hits[name] += 1
+        self.feed_marks(line)
         if self.sm12x_gpu is None and _SM12X_GPU.search(line):
             self.sm12x_gpu = Evidence(line_no, line.strip()[:_CLIP])
         if self.other_gpu is None and _OTHER_GPU.search(line):
             self.other_gpu = Evidence(line_no, line.strip()[:_CLIP])
+
+    def feed_marks(self, line: str) -> None:
+        """Only the framework marks (every line of an SGLang log has its TP prefix)."""
+        for name, pattern in _MARKERS.items():
+            if pattern.search(line):
+                self.hits[name] += 1
 
     @property
     def framework(self) -> str | None:

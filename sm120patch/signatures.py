@@ -9,6 +9,8 @@ when the text itself names SM12x; "maybe" when the same text appears on other GP
 (then `check` says how to tell); "no" for causes that are not about the architecture.
 A captured architecture (`arch_group`) or a known value (`by_value`, e.g. a shared-memory
 limit) can settle it per match, and `advice` gives the fix in each framework's own flags.
+Each also names its cause class (`class`, one of triage_classes.CLASSES), so a named cause
+and a structural one are scored and reported alike.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sm120patch.datafile import check_table, fail, read_toml
 from sm120patch.errors import RecipeError
 from sm120patch.logkind import FRAMEWORKS
 from sm120patch.recipes import default_recipe_dir
+from sm120patch.triage_classes import CLASSES
 
 FILE_NAME = "signatures.toml"
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -40,8 +43,10 @@ _KEYS: dict[str, type] = {
     "arch_group": str,
     "by_value": dict,
     "advice": dict,
+    "class": str,
+    "fixed_by": list,
 }
-_REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x")
+_REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x", "class")
 VERDICTS = ("yes", "maybe", "no")
 _VALUE_KEYS: dict[str, type] = {"sm12x": str, "means": str}
 ANY_VALUE = "*"
@@ -83,6 +88,8 @@ class Signature:
     arch_group: str | None = None
     by_value: tuple[tuple[str, tuple[tuple[str, ValueFact], ...]], ...] = ()
     advice: tuple[tuple[str, str], ...] = ()
+    cls: str = "other"  # the cause class (triage_classes.CLASSES)
+    fixed_by: tuple[str, ...] = ()  # recipes whose gate or kernels this crash is about
 
     def search(self, line: str) -> re.Match[str] | None:
         return self.pattern.search(line)
@@ -152,11 +159,18 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
     if not sources or not all(isinstance(s, str) and s.startswith("https://") for s in sources):
         raise fail(path, f"{where}.sources", "must be a non-empty list of https:// URLs", "cite the public report")
     verdict = _verdict(path, f"{where}.sm12x", raw["sm12x"])
+    if raw["class"] not in CLASSES:
+        raise fail(path, f"{where}.class", f"is {raw['class']!r}", f"use one of {', '.join(CLASSES)}")
     if verdict == "maybe" and not raw.get("check", "").strip():
         raise fail(path, f"{where}.check", "missing", "a 'maybe' signature must say how to tell SM12x from the rest")
+    fixed_by = raw.get("fixed_by", [])
+    if not all(isinstance(r, str) and _ID_RE.match(r) for r in fixed_by):
+        raise fail(
+            path, f"{where}.fixed_by", "must be a list of recipe ids", 'e.g. fixed_by = ["sglang-moe-backend-sm120"]'
+        )
     arch_group = raw.get("arch_group")
-    if arch_group is not None and arch_group not in pattern.groupindex:
-        raise fail(path, f"{where}.arch_group", f"names {arch_group!r}, which the regex does not capture", "fix it")
+    if arch_group is not None and arch_group not in groups:
+        raise fail(path, f"{where}.arch_group", f"names {arch_group!r}, which no regex captures", "fix it")
     by_value = _by_value(path, where, raw.get("by_value", {}), set(pattern.groupindex))
     advice = _advice(path, where, raw.get("advice", {}))
     texts = {k: raw[k] for k in ("meaning", "next_step", "check") if k in raw}
@@ -184,6 +198,8 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
         arch_group=arch_group,
         by_value=by_value,
         advice=advice,
+        cls=raw["class"],
+        fixed_by=tuple(fixed_by),
     )
 
 

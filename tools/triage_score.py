@@ -50,8 +50,12 @@ CASE_KEYS = {
     "fix_has": list,
     "note": str,
     "excerpt": str,
+    "class": str,
+    "source": str,
 }
-CASE_REQUIRED = ("id", "url", "gpu", "framework", "sm12x", "cause", "fix", "expect", "excerpt")
+CASE_REQUIRED = ("id", "url", "gpu", "framework", "sm12x", "cause", "fix", "expect", "excerpt", "class", "source")
+SOURCES = ("github", "nvidia-forums", "pytorch-forums", "huggingface", "reddit", "stackoverflow", "blog", "other-forum")
+PARTS = ("seed", "dev", "held-out")
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")
 _LEGACY_DENY = re.compile(r"not (?:an? )?SM12x")
 
@@ -73,7 +77,18 @@ class Case:
     excerpt: str
     fix_has: tuple[str, ...] = ()
     note: str = ""
-    source: str = ""
+    source: str = ""  # the corpus file
+    cls: str = "other"  # the cause class the thread established
+    origin: str = "github"  # the kind of place it came from (the case's `source` key)
+
+    @property
+    def part(self) -> str:
+        """dev-*.toml: development; heldout-*.toml: held out (scored once); the rest: the seed corpus."""
+        if self.source.startswith("dev-"):
+            return "dev"
+        if self.source.startswith("heldout-"):
+            return "held-out"
+        return "seed"
 
 
 def _case(path: Path, i: int, raw: Any) -> Case:
@@ -92,8 +107,14 @@ def _case(path: Path, i: int, raw: Any) -> Case:
     for key in ("expect", "fix_has"):
         if not all(isinstance(x, str) and x for x in raw.get(key, [])):
             raise CorpusError(f"{where}.{key}: must be a list of non-empty strings")
-    if not raw["expect"]:
-        raise CorpusError(f"{where}.expect: empty; name the catalogue id (or class) of the cause")
+    from sm120patch.triage_classes import CLASSES
+
+    if raw["class"] not in CLASSES:
+        raise CorpusError(f"{where}.class: {raw['class']!r} is not a cause class; use one of {', '.join(CLASSES)}")
+    if raw["source"] not in SOURCES:
+        raise CorpusError(f"{where}.source: {raw['source']!r}; use one of {', '.join(SOURCES)}")
+    if raw["sm12x"] and raw["class"] not in {c for c, (arch, _) in CLASSES.items() if arch}:
+        raise CorpusError(f"{where}.class: an SM12x case needs an SM12x architecture class, not {raw['class']!r}")
     if not raw["url"].startswith("https://"):
         raise CorpusError(f"{where}.url: must be the https:// address of the public thread")
     if not raw["excerpt"].strip():
@@ -111,6 +132,8 @@ def _case(path: Path, i: int, raw: Any) -> Case:
         fix_has=tuple(raw.get("fix_has", ())),
         note=raw.get("note", ""),
         source=path.name,
+        cls=raw["class"],
+        origin=raw["source"],
     )
 
 
@@ -144,10 +167,25 @@ class Outcome:
     fix_ok: bool
     framework: str | None
     unnamed_classes: list[str] = field(default_factory=list)
+    findings: list[tuple[str, str, str]] = field(default_factory=list)  # fatal (signature, class, sm12x)
 
     @property
     def right(self) -> bool:
-        return any(e in self.named for e in self.case.expect)
+        """A fatal finding names the case's cause: its id is in `expect`, or its class is the case's."""
+        return any(self._is_right(sig, cls) for sig, cls, _ in self.findings)
+
+    @property
+    def sm12x_right(self) -> bool:
+        """For an SM12x case: a right finding that does not deny SM12x ("yes", or "maybe" with how to tell)."""
+        return any(self._is_right(sig, cls) and v != "no" for sig, cls, v in self.findings)
+
+    @property
+    def said_yes(self) -> bool:
+        """A right finding that says outright the cause is SM12x."""
+        return any(self._is_right(sig, cls) and v == "yes" for sig, cls, v in self.findings)
+
+    def _is_right(self, sig: str, cls: str) -> bool:
+        return sig in self.case.expect or cls == self.case.cls
 
     @property
     def right_with_fix(self) -> bool:
@@ -173,7 +211,7 @@ def run_case(case: Case) -> Outcome:
     data = diagnose(case.excerpt.splitlines(keepends=True), [], None).to_dict()
     fatal = [f for f in data["findings"] if f["fatal"]]
     named = [f["signature"] for f in fatal]
-    hits = [f for f in fatal if f["signature"] in case.expect]
+    hits = [f for f in fatal if f["signature"] in case.expect or f.get("class") == case.cls]
     fix_ok = bool(hits) and all(any(s.lower() in f["next_step"].lower() for f in hits) for s in case.fix_has)
     return Outcome(
         case=case,
@@ -183,6 +221,7 @@ def run_case(case: Case) -> Outcome:
         fix_ok=fix_ok,
         framework=data.get("framework"),
         unnamed_classes=[e.get("class", "") for e in data.get("unnamed_errors", [])],
+        findings=[(f["signature"], f.get("class", ""), f.get("sm12x", "maybe")) for f in fatal],
     )
 
 
@@ -222,6 +261,28 @@ class Score:
             "frameworks": sorted({o.case.framework for o in self.outcomes}),
         }
 
+    def part(self, name: str) -> Score:
+        return Score([o for o in self.outcomes if o.case.part == name])
+
+    def class_figures(self) -> dict[str, Any]:
+        """The issue-23 figures: SM12x right (class or id, SM12x not denied), false alarms, silence."""
+        pos, neg = self.positives, self.negatives
+        return {
+            "cases": len(self.outcomes),
+            "sm12x_cases": len(pos),
+            "other_cases": len(neg),
+            "sm12x_right": _ratio(sum(o.sm12x_right for o in pos), len(pos)),
+            "sm12x_right_said_yes": _ratio(sum(o.said_yes for o in pos), len(pos)),
+            "sm12x_right_named_by_signature": _ratio(
+                sum(o.sm12x_right and any(not n.startswith("class:") for n in o.named) for o in pos), len(pos)
+            ),
+            "other_right": _ratio(sum(o.right for o in neg), len(neg)),
+            "false_alarms": [o.case.id for o in neg if o.blamed],
+            "silent": [o.case.id for o in self.outcomes if o.silent],
+            "sm12x_missed": [o.case.id for o in pos if not o.sm12x_right],
+            "sources": sorted({o.case.origin for o in self.outcomes}),
+        }
+
 
 def _ratio(n: int, d: int) -> dict[str, Any]:
     return {"n": n, "of": d, "pct": round(100.0 * n / d, 1) if d else None}
@@ -235,15 +296,45 @@ def score(cases: Iterable[Case]) -> Score:
     return Score([run_case(c) for c in cases])
 
 
+def render_parts(s: Score) -> str:
+    """Per part (seed, development, held-out): the issue-23 figures, as a Markdown table."""
+    lines = [
+        '| part | cases (SM12x/other) | SM12x right | of which said "yes" | of which by a signature | '
+        "others right | false alarms | silent |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in PARTS:
+        p = s.part(name)
+        if not p.outcomes:
+            continue
+        f = p.class_figures()
+        lines.append(
+            f"| {name} | {f['cases']} ({f['sm12x_cases']}/{f['other_cases']}) | {_pct(f['sm12x_right'])} | "
+            f"{_pct(f['sm12x_right_said_yes'])} | {_pct(f['sm12x_right_named_by_signature'])} | "
+            f"{_pct(f['other_right'])} | {len(f['false_alarms'])} | {len(f['silent'])} |"
+        )
+    for name in PARTS:
+        f = s.part(name).class_figures()
+        if f["sm12x_missed"]:
+            lines += ["", f"{name}: SM12x cases missed: " + ", ".join(f"`{i}`" for i in f["sm12x_missed"]) + "."]
+        if f["false_alarms"]:
+            lines += ["", f"{name}: false alarms: " + ", ".join(f"`{i}`" for i in f["false_alarms"]) + "."]
+        if f["silent"]:
+            lines += ["", f"{name}: silent: " + ", ".join(f"`{i}`" for i in f["silent"]) + "."]
+    return "\n".join(lines)
+
+
 def render(s: Score) -> str:
     """The figures as Markdown (the generated section of docs/crashed.md)."""
+    s_all = s
+    s = s.part("seed") if any(o.case.part != "seed" for o in s.outcomes) else s
     f = s.figures()
     by_fw: dict[str, list[Outcome]] = {}
     for o in s.outcomes:
         by_fw.setdefault(o.case.framework, []).append(o)
     lines = [
-        f"Corpus: {f['cases']} real crash excerpts from public threads ({f['sm12x_cases']} SM12x, "
-        f"{f['other_cases']} other GPUs or other causes), in `tests/corpus/triage/`.",
+        f"Seed corpus: {f['cases']} real crash excerpts from public threads ({f['sm12x_cases']} SM12x, "
+        f"{f['other_cases']} other GPUs or other causes), in `tests/corpus/triage/` (sm12x, other, heldout.toml).",
         "",
         "| figure | value |",
         "| --- | --- |",
@@ -279,7 +370,16 @@ def render(s: Score) -> str:
         lines += ["", "SM12x cases not fully right: " + ", ".join(f"`{i}`" for i in f["missed_sm12x"]) + "."]
     if f["negatives_blamed_on_sm12x"]:
         lines += ["", "Blamed on SM12x wrongly: " + ", ".join(f"`{i}`" for i in f["negatives_blamed_on_sm12x"]) + "."]
-    lines += ["", "Regenerate with `make triage-score`."]
+    lines += [
+        "",
+        "By part (issue 23): SM12x right = a fatal finding whose class is the case's class or whose id is in "
+        '`expect`, and that does not deny SM12x; a false alarm = a non-SM12x case blamed on SM12x ("yes"); '
+        "silent = exit 0 and nothing named.",
+        "",
+        render_parts(s_all),
+        "",
+        "Regenerate with `make triage-score`.",
+    ]
     return "\n".join(lines)
 
 
@@ -301,19 +401,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-doc", action="store_true", help="write the figures into docs/crashed.md")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--cases", action="store_true", help="print one line per case")
+    p.add_argument("--part", choices=PARTS, help="score only this part of the corpus")
     args = p.parse_args(argv)
     try:
-        s = score(load_corpus())
+        cases = load_corpus()
+        s = score([c for c in cases if args.part in (None, c.part)])
     except CorpusError as e:
         print(f"triage_score: error: {e}", file=sys.stderr)
         return 2
     if args.cases:
         for o in s.outcomes:
-            mark = "ok " if (o.right_with_fix if o.case.sm12x else o.right and not o.blamed) else "BAD"
+            mark = "ok " if (o.sm12x_right if o.case.sm12x else not o.blamed) else "BAD"
             blame = " blamed-SM12x" if o.blamed else ""
-            print(f"{mark} {o.case.id}: named={o.named or '-'} exit={o.exit_code}{blame}")
+            got = [f"{sig}[{cls},{v}]" for sig, cls, v in o.findings]
+            print(f"{mark} {o.case.part} {o.case.id} ({o.case.cls}): {got or '-'} exit={o.exit_code}{blame}")
     if args.json:
-        print(json.dumps(s.figures(), indent=2))
+        print(json.dumps({"seed": s.part("seed").figures(), **{p: s.part(p).class_figures() for p in PARTS}}, indent=2))
     else:
         print(render(s))
     if args.write_doc:

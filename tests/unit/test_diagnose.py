@@ -82,6 +82,9 @@ REAL_LINES = {
     "tokenizer-load-error": "Exception: data did not match any variant of untagged enum ModelWrapper at line 646517 column 3",
     "import-error": "ModuleNotFoundError: No module named 'slora._kernels'",
     "triton-too-old-for-sm12x": "LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32",
+    "torch-capability-outside-build": "    Minimum and Maximum cuda capability supported by this version of PyTorch is",
+    "sgl-kernel-no-arch-variant": "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!",
+    "undefined-arch-kernel-symbol": "ImportError: /path/to/vllm/_C.abi3.so: undefined symbol: _Z20cutlass_moe_mm_sm100RN2at6TensorERKS0_S3_S3_S3_S3_S3_S3_S3_S3_bb",
 }
 
 # A traceback shaped like FlashInfer's JIT path (frames written here, error text from
@@ -182,7 +185,10 @@ def test_recipe_signature_without_catalogue_entry() -> None:
 def test_unnamed_fatal_error_exits_1_and_says_what_to_look_for() -> None:
     log = ["loading\n", "Traceback (most recent call last):\n", '  File "x.py", line 1\n', "KeyError: 'qkv'\n"]
     d = diagnose(log, [], None)
-    assert not d.findings and d.exit_code == 1
+    assert not d.cause_found and d.exit_code == 1
+    (f,) = d.findings  # answered by class, and the answer says how thin it is
+    assert (f.source, f.cls, f.evidence, f.line_no) == ("structure", "other", "thin", 4)
+    assert "evidence is thin" in f.meaning
     assert [(e.line_no, e.cls) for e in d.unnamed_errors] == [(2, "Python traceback"), (4, "Python exception KeyError")]
     text = d.render()
     assert "No known crash signature names the fatal error" in text and "Look for:" in text
@@ -197,7 +203,10 @@ def test_clean_log_is_never_silent() -> None:
 
 def test_warning_alone_is_not_a_cause() -> None:
     d = diagnose([REAL_LINES["sglang-gpt-oss-mxfp4-sm100-detect"], "ValueError: boom"], [], None)
-    assert not d.cause_found and d.exit_code == 1 and d.findings[0].fatal is False
+    assert not d.cause_found and d.exit_code == 1
+    warning = next(f for f in d.findings if f.source == "catalogue")
+    assert warning.fatal is False
+    assert [f.evidence for f in d.findings if f.fatal] == ["thin"]  # only a class answers the ValueError
 
 
 def test_fatal_findings_come_first() -> None:
@@ -246,6 +255,8 @@ def test_json_shape() -> None:
     assert set(f) == {
         "source",
         "signature",
+        "class",
+        "evidence",
         "fatal",
         "sm12x",
         "check",
@@ -348,3 +359,12 @@ def test_cli_target_that_is_not_a_package_tree_is_usage_error(tmp_path: Path) ->
 def test_recipe_advice_is_one_line_in_notes() -> None:
     d = diagnose(JIT_CRASH, [recipe(advice="Needs 0.6.17.\nBenchmark TP4.")], {AR})
     assert any(n.endswith("Needs 0.6.17. Benchmark TP4.") for n in d.findings[0].notes)
+
+
+def test_without_target_the_fix_is_named_with_the_shape_of_the_command(tmp_path: Path) -> None:
+    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH))])
+    assert res.exit_code == 0, res.output
+    assert (
+        "sm120patch apply SGLANG FLASHINFER --recipe flashinfer-trtllm-comm-sm120 --recipe sglang-allreduce-fusion-sm120"
+        in res.output
+    )

@@ -17,6 +17,7 @@ id = "cuda-out-of-memory"
 MATCHER
 fatal = true
 sm12x = "no"
+class = "out-of-memory"
 meaning = "Out of memory."
 next_step = "Lower --mem-fraction-static."
 sources = ["https://pytorch.org/docs/stable/notes/cuda.html"]
@@ -69,8 +70,10 @@ def test_substring_is_literal(tmp_path: Path) -> None:
         (lambda t: t.replace("fatal = true", "fatal = true\nsubstring = 'x'"), "exactly one of"),
         (lambda t: t.replace('sm12x = "no"\n', ""), ".sm12x: missing"),
         (lambda t: t.replace('sm12x = "no"', 'sm12x = "likely"'), ".sm12x: is 'likely'"),
+        (lambda t: t.replace('class = "out-of-memory"', 'class = "oom"'), ".class: is 'oom'"),
+        (lambda t: t.replace('class = "out-of-memory"\n', ""), ".class: missing"),
         (lambda t: t.replace('sm12x = "no"', 'sm12x = "maybe"'), ".check: missing"),
-        (lambda t: t.replace('sm12x = "no"', 'sm12x = "no"\narch_group = "arch"'), "the regex does not capture"),
+        (lambda t: t.replace('sm12x = "no"', 'sm12x = "no"\narch_group = "arch"'), "which no regex captures"),
         (lambda t: t + '[signature.advice]\nollama = "x"\n', "advice.ollama: is not a known framework"),
         (lambda t: t + '[signature.advice]\nvllm = "--gpu-memory-utilization {fraction}"\n', "uses {fraction}"),
         (lambda t: t + '[signature.by_value.limit."1"]\nmeans = "x"\n', "by_value.limit: is not a named group"),
@@ -135,3 +138,11 @@ def test_every_signature_has_a_row_in_the_crash_doc() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "crashed.md").read_text(encoding="utf-8")
     rows = {line.split("|")[2].strip().strip("`") for line in doc.splitlines() if line.startswith("| `")}
     assert rows == {s.id for s in load_signatures()}
+
+
+def test_fixed_by_names_real_recipes() -> None:
+    from sm120patch.recipes import load_recipes
+
+    ids = {r.id for r in load_recipes()}
+    named = {r for s in load_signatures() for r in s.fixed_by}
+    assert named and named <= ids, named - ids

@@ -1,0 +1,67 @@
+"""Honest about its input: a log that is empty or not text is refused (exit 2) with one line,
+and a long log read on a terminal shows how far the reading is, on stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO
+
+HEAD_BYTES = 64 * 1024
+PROGRESS_BYTES = 32 * 1024 * 1024  # logs shorter than this finish before progress would help
+PROGRESS_EVERY_S = 0.5
+_TEXT_CONTROLS = {9, 10, 12, 13, 27}  # tab, newline, form feed, carriage return, ESC (colours)
+
+
+def head(stream: IO[bytes]) -> bytes:
+    """The first bytes of the stream, without consuming them (peek on pipes, seek back on files)."""
+    if stream.seekable():
+        data = stream.read(HEAD_BYTES)
+        stream.seek(0)
+        return data
+    peek = getattr(stream, "peek", None)
+    return peek(HEAD_BYTES)[:HEAD_BYTES] if peek else b""
+
+
+def check_head(data: bytes, name: str) -> str | None:
+    """A one-line reason the input is not a log, or None when it reads as text."""
+    if not data.strip():
+        return f"{name}: the log is empty; give the server's log file (its stdout/stderr), or pipe it to -"
+    if data[:2] == b"\x1f\x8b" or data[:4] in (b"PK\x03\x04", b"\x28\xb5\x2f\xfd") or data[:3] == b"BZh":
+        return f"{name}: is compressed, not a text log; decompress it first (e.g. zcat {name} | sm120patch diagnose -)"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return (
+            f"{name}: is UTF-16 text (a PowerShell redirect?), not UTF-8; convert it first: "
+            f"iconv -f UTF-16 -t UTF-8 {name} | sm120patch diagnose -"
+        )
+    text = data.decode("utf-8", errors="replace")
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ord(ch) < 32 and ord(ch) not in _TEXT_CONTROLS))
+    if b"\x00" in data or bad > max(8, len(text) // 20):
+        return f"{name}: is not a text log (binary bytes); give the server's text log"
+    return None
+
+
+def with_progress(lines: Iterator[str], stream: IO[bytes], name: str) -> Iterator[str]:
+    """Pass the lines through; on a long file, show 'read X of Y MB' on stderr twice a second."""
+    try:
+        total = os.fstat(stream.fileno()).st_size
+    except (OSError, ValueError, AttributeError):
+        total = 0
+    if total < PROGRESS_BYTES:  # short files, and pipes (size unknown): nothing to show
+        yield from lines
+        return
+    last = time.monotonic()
+    shown = False
+    for n, line in enumerate(lines):
+        yield line
+        if n % 20000 == 0 and time.monotonic() - last >= PROGRESS_EVERY_S:
+            last = time.monotonic()
+            done = stream.tell()
+            sys.stderr.write(f"\rdiagnose: {name}: read {done >> 20} of {total >> 20} MB ({100 * done // total}%)")
+            sys.stderr.flush()
+            shown = True
+    if shown:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

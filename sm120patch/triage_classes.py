@@ -1,0 +1,438 @@
+"""Cause classes, and the structural classifier for fatal lines no signature names.
+
+The catalogue learns phrasings one thread at a time; the next log words the same failure
+differently. So a fatal line that no signature names is still answered, from its structure:
+the kind of failure its words show (a compiler that does not know the arch, a kernel image
+missing, a shared-memory limit, ...), the library in the traceback frames, the architecture
+tokens the log names (sm_90a, SM100-only, "Blackwell datacenter", a compute capability),
+CUDA error names, the backend flag values the launch used and the GPU the log shows. The
+answer is given at the level that evidence supports, and says when it is thin.
+
+Every finding, named or structural, carries one of CLASSES (the contract with the triage
+corpus, tests/corpus/triage/README.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+# class id -> (is an SM12x architecture cause, one line for people)
+# class id -> (is an SM12x architecture cause, what happened; {where} is " in <library>" or "")
+CLASSES: dict[str, tuple[bool, str]] = {
+    "arch-path-unsupported": (
+        True,
+        "a code path or kernel{where} written only for other GPU architectures was reached",
+    ),
+    "binary-lacks-arch": (True, "a compiled binary{where} carries no code for this GPU's architecture"),
+    "toolchain-lacks-arch": (True, "a compiler, assembler or JIT{where} does not know this GPU's architecture"),
+    "resource-limit": (True, "a kernel{where} asks for more shared memory, registers or threads than this GPU has"),
+    "kernel-fault": (True, "a GPU kernel{where} faulted (illegal instruction or address, launch failure)"),
+    "out-of-memory": (False, "the GPU (or host) ran out of memory{where}"),
+    "communication": (False, "a collective or peer-to-peer transfer between ranks failed{where}"),
+    "environment": (False, "the software environment is broken{where} (a missing module, mismatched versions, files)"),
+    "other": (False, "a failure{where} that is not about the GPU architecture, as far as the log shows"),
+}
+SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
+
+# Per class, the words that show it, most telling classes first (first match wins).
+_CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
+    ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
+    (
+        "out-of-memory",
+        re.compile(
+            r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+            r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
+            r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
+        ),
+    ),
+    (
+        "toolchain-lacks-arch",
+        re.compile(
+            r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
+            r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?\b|PTXASError|"
+            r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
+            r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
+            r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
+            r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
+            r"No PTX compilation provider",
+        ),
+    ),
+    (
+        "binary-lacks-arch",
+        re.compile(
+            r"no kernel image|invalid device function|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU|"
+            r"cudaErrorInvalidDeviceFunction|not compatible with the current PyTorch|\bcubin\b|[Nn]o compiled\b|"
+            r"(?:wasn't|was not|not) (?:been )?(?:built|compiled) (?:for|with)|operator wasn't built|"
+            r"named symbol not found|cudaErrorSymbolNotFound|no (?:binary|image) for|CUDA_ERROR_INVALID_PTX|"
+            r"cudaErrorInvalidPtx|[Mm]ismatched GPU [Aa]rchitecture|compiled for [\d ,]+,? ?but your (?:current )?GPU|"
+            r"STATUS_ARCH_MISMATCH|kernel image is invalid|CUDA_ERROR_INVALID_IMAGE|cudaErrorInvalidKernelImage|"
+            r"unable to find an engine to execute|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
+            r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
+            r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
+            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary",
+        ),
+    ),
+    (
+        "resource-limit",
+        re.compile(
+            r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|"
+            r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
+            r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
+            r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads",
+        ),
+    ),
+    (
+        "kernel-fault",
+        re.compile(
+            r"[Ii]llegal (?:[Ii]nstruction|memory access|address)|[Mm]isaligned\b.{0,30}address|"
+            r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
+            r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
+            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
+            r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
+            r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction",
+        ),
+    ),
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"[Uu]nsupported (?:CUDA |GPU |compute )?"
+            r"(?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
+            r"\bis_sm\d+\w*.{0,60}to be true|(?:GPU|device|architecture|platform) (?:is )?not (?:yet )?supported|"
+            r"sm_?\d+[af]? (?:is )?not supported|"
+            r"not (?:yet )?supported (?:on|for|by) (?:this|the current|your|current)? ?"
+            r"(?:GPU|device|arch|platform|hardware|SM)|"
+            r"(?:only|not) supported (?:on|for) (?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|GPUs? with)|"
+            r"\bonly supports? (?:SM|sm_|Hopper|Blackwell|H100|B200|compute capability|GPUs?)|"
+            r"requires? (?:an? )?(?:SM ?\d+|sm_?\d+|Hopper|Blackwell|compute capability|device with capability|GPU)|"
+            r"No supported CUDA architectures|"
+            r"[Cc]ompute capability.{0,40}(?:not supported|too (?:new|old)|unsupported)|"
+            r"\(too new\)|No operator found|not supported because|No (?:valid |available )?(?:\w+ )?backend|"
+            r"does not support (?:the )?(?:current )?(?:GPU|device|arch|sm)|[Ss]upported (?:archs?|architectures?):|"
+            r"is not supported on (?:SM|sm_)|SM\d+[a-z]?[- ]only|sm_?\d+a?[- ]only|"
+            r"No kernel (?:found|available)|no (?:suitable|matching) kernel|_STATUS_NOT_SUPPORTED\b|"
+            r"without targeting appropriate compute capability|[Aa]rch conditional|"
+            r"not supported on [\d.+x ]+arch|cutlass cannot initialize|[Ff]ailed to initialize cutlass|"
+            r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
+            r"(?:config|kernel|tactic|algorithm|implementation)|"
+            r"NOT_SUPPORTED\b",
+        ),
+    ),
+    (
+        "communication",
+        re.compile(
+            r"\bNCCL\b|nccl\w*Error|\bGloo\b|ProcessGroup|\bc10d\b|DistBackendError|DistNetworkError|"
+            r"peer access|cudaErrorPeerAccess|\bP2P\b|all_?reduce|all_?gather|\bRDMA\b|\bibverbs\b|"
+            r"rendezvous|Connection (?:reset|closed) by peer|collective operation timeout|Watchdog caught",
+        ),
+    ),
+    (
+        "environment",
+        re.compile(
+            r"ImportError|ModuleNotFoundError|No module named|undefined symbol|cannot open shared object|"
+            r"\.so(?:\.\d+)*: cannot|FileNotFoundError|No such file or directory|not installed|"
+            r"driver version is insufficient|cudaErrorInsufficientDriver|CUDA_ERROR_NO_DEVICE|no CUDA-capable device|"
+            r"CUDA driver version|unsatisfied condition|update your (?:NVIDIA )?driver|"
+            r"(?:version|versions) (?:mismatch|conflict|incompatible)|"
+            r"requires? \w[\w-]* ?[<>=]=?\s*\d|"
+            r"GLIBC|Permission denied|PermissionError|Address already in use|Connection refused|"
+            r"\b40[13]\b|[Tt]okenizer|AttributeError: module|has no attribute|incompatible with|"
+            r"not found in|Could not find|pip install|No CUDA GPUs are available|"
+            r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid",
+        ),
+    ),
+)
+
+# A library's name in a traceback frame, an extension path, or a log prefix.
+_LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("flashinfer", re.compile(r"(?<![a-z])flashinfer(?![a-z])", re.I)),
+    ("sgl_kernel", re.compile(r"\bsgl[_-]kernel\b")),
+    ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
+    ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
+    ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
+    ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
+    ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
+    ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]")),
+    ("xformers", re.compile(r"\bxformers\b")),
+    ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
+    ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
+    ("fbgemm", re.compile(r"\bfbgemm\w*")),
+    ("nunchaku", re.compile(r"\bnunchaku\b")),
+    ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
+    ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
+    ("transformer_engine", re.compile(r"\btransformer_engine\b")),
+    ("mamba_ssm", re.compile(r"\bmamba_ssm\b|causal_conv1d")),
+    ("onnxruntime", re.compile(r"\bonnxruntime\b")),
+    ("jax", re.compile(r"\bjaxlib\b|\bjax\b|\bXLA\b")),
+    ("tensorflow", re.compile(r"\btensorflow\b")),
+    ("vllm", re.compile(r"\bvllm\b")),
+    ("sglang", re.compile(r"\bsglang\b")),
+    ("torch", re.compile(r"\btorch\b")),
+)
+# lower-case words every library pattern above needs, for the prefilter (prefilter.py)
+LIBRARY_WORDS = (
+    "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
+    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "xformers", "flash_attn", "flash-attention",
+    "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
+    "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
+    "vllm", "sglang", "torch",
+)  # fmt: skip
+_FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
+
+# Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
+_ARCH = re.compile(
+    r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
+    r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
+    r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
+    r"major versions \[(?P<majors>[\d, ]+)\]",
+    re.I,
+)
+_SM12X_TOKEN = re.compile(
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
+    r"[Cc]apability\D{0,6}12[.,] ?[01]\b|\(12, ?[01]\)|"
+    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
+    re.I,
+)
+
+# Backend choices the launch made (flags, env vars, server-args dumps).
+_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("--attention-backend", re.compile(r"(?:--attention[-_]backend[= ]|attention_backend=['\"]?)(?P<v>[\w.-]+)")),
+    (
+        "--prefill-attention-backend",
+        re.compile(r"(?:--prefill[-_]attention[-_]backend[= ]|prefill_attention_backend=['\"]?)(?P<v>[\w.-]+)"),
+    ),
+    (
+        "--decode-attention-backend",
+        re.compile(r"(?:--decode[-_]attention[-_]backend[= ]|decode_attention_backend=['\"]?)(?P<v>[\w.-]+)"),
+    ),
+    ("--moe-runner-backend", re.compile(r"(?:--moe[-_]runner[-_]backend[= ]|moe_runner_backend=['\"]?)(?P<v>[\w.-]+)")),
+    ("--moe-backend", re.compile(r"(?:--moe[-_]backend[= ]|\bmoe_backend=['\"]?)(?P<v>[\w.-]+)")),
+    ("--quantization", re.compile(r"(?:--quantization[= ]|\bquantization=['\"]?)(?P<v>[\w.-]+)")),
+    ("--kv-cache-dtype", re.compile(r"(?:--kv[-_]cache[-_]dtype[= ]|kv_cache_dtype=['\"]?)(?P<v>[\w.-]+)")),
+    ("VLLM_ATTENTION_BACKEND", re.compile(r"VLLM_ATTENTION_BACKEND=(?P<v>\w+)")),
+)
+_UNSET = {"None", "none", "auto", "null", "''", ""}
+
+_CUDA_ERROR = re.compile(
+    r"\b(?P<name>cudaError\w+|CUDA_ERROR_\w+)\b|CUDA error(?: \d+)?: (?P<msg>[^(\n]{3,80})|"
+    r"(?:error|code)[ =](?P<code>\d{2,3})\b"
+)
+
+_ATTENTION = ("attention", "attn", "fmha", "mla", "sdpa", "flash")
+_MOE = ("moe", "expert", "fused_moe", "gemm")
+
+
+@dataclass
+class StructureFinding:
+    """A cause at the level the evidence supports."""
+
+    cls: str
+    line_no: int
+    line: str
+    cue: str  # the words that showed the class
+    library: str | None
+    archs: list[str]
+    flag: tuple[str, str] | None
+    cuda_error: str | None
+    sm12x_token: str | None
+    thin: bool  # the class rests on a generic exception line, not on a telling phrase
+
+    def meaning(self) -> str:
+        where = f" in {self.library}" if self.library else ""
+        archs = [a for a in self.archs if not a.upper().startswith(("SM12", "SM_12"))]
+        if self.cls == "arch-path-unsupported" and archs:
+            text = f"A path{where} written for {'/'.join(archs)} only was reached on a GPU it does not support"
+        else:
+            what = CLASSES[self.cls][1].format(where=where)
+            text = what[0].upper() + what[1:]
+        text += f" (class {self.cls})"
+        if self.flag:
+            text += f"; the flag that picks it is {self.flag[0]} {self.flag[1]}"
+        if self.cuda_error:
+            text += f" (CUDA: {self.cuda_error})"
+        text += "."
+        if self.thin:
+            basis = f"from {self.cue}" if self.cue else "only from the failing line and the frames around it"
+            text += f" The evidence is thin: no known signature names this failure; the class comes {basis}."
+        else:
+            text += f" No known signature names this line; the class comes from its wording ({self.cue!r})."
+        return text
+
+
+def classify_line(body: str) -> tuple[str, str] | None:
+    """(class, cue) for the words of one fatal line, or None when they show no class."""
+    for cls, pattern in _CUES:
+        m = pattern.search(body)
+        if m:
+            return cls, m.group(0)
+    return None
+
+
+@dataclass
+class Evidence:
+    """Structural facts of a log, fed line by line (bounded memory)."""
+
+    libraries: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
+    archs: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
+    flags: dict[str, str] = field(default_factory=dict)
+    sm12x_token: tuple[int, str] | None = None
+    sm12x_tokens: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=16))
+    last_frame: tuple[int, str] | None = None
+
+    def feed(self, line_no: int, line: str) -> None:
+        frame = _FRAME.search(line) if 'File "' in line else None
+        if frame:
+            self.last_frame = (line_no, line)
+        text = frame.group("path") if frame else line
+        for name, pattern in _LIBRARIES:
+            if pattern.search(text):
+                self.libraries.append((line_no, name))
+                break
+        archs = [_arch_name(m) for m in _ARCH.finditer(line)]
+        self.archs.extend((line_no, a) for a in archs)
+        t = _SM12X_TOKEN.search(line) if len(archs) < 3 else None  # an arch list names no GPU
+        if t:
+            self.sm12x_tokens.append((line_no, t.group(0)))
+            if self.sm12x_token is None:
+                self.sm12x_token = (line_no, t.group(0))
+        if "backend" in line or "quantization" in line or "kv" in line or "VLLM_" in line:
+            for flag, pattern in _FLAGS:
+                fm = pattern.search(line)
+                if fm and fm.group("v").strip("'\"") not in _UNSET:
+                    self.flags[flag] = fm.group("v").strip("'\",")
+
+    def library_near(self, line_no: int, window: int = 60) -> str | None:
+        """The library of the innermost frame (or the last named) shortly before `line_no`,
+        preferring a kernel library over the frameworks and torch that call it."""
+        near = [lib for n, lib in self.libraries if line_no - window <= n <= line_no]
+        for lib in reversed(near):
+            if lib not in ("torch", "vllm", "sglang"):
+                return lib
+        return near[-1] if near else None
+
+    def sm12x_token_near(self, line_no: int, before: int = 12, after: int = 6) -> str | None:
+        """An SM12x token in the lines around `line_no` (a sanitizer names the kernel after the fault)."""
+        return next((t for n, t in self.sm12x_tokens if line_no - before <= n <= line_no + after), None)
+
+    def archs_near(self, line_no: int, window: int = 60) -> list[str]:
+        out: list[str] = []
+        for n, a in self.archs:
+            if line_no - window <= n <= line_no and a not in out:
+                out.append(a)
+        return out
+
+    def flag_for(self, library: str | None, text: str) -> tuple[str, str] | None:
+        """The launch flag whose choice most likely picked this path."""
+        low = f"{library or ''} {text}".lower()
+        order = []
+        if any(k in low for k in _MOE):
+            order += ["--moe-runner-backend", "--moe-backend"]
+        if any(k in low for k in _ATTENTION):
+            order += [
+                "--attention-backend",
+                "--prefill-attention-backend",
+                "--decode-attention-backend",
+                "VLLM_ATTENTION_BACKEND",
+            ]
+        if any(k in low for k in ("fp4", "fp8", "quant", "scaled_mm", "marlin", "awq", "gptq", "mxfp")):
+            order += ["--quantization"]
+        for flag in order:
+            if flag in self.flags:
+                return flag, self.flags[flag]
+        lib = (library or "").split(".")[0].lower()
+        for flag, value in self.flags.items():
+            if lib and lib.replace("_", "") in value.lower().replace("_", ""):
+                return flag, value
+        return None
+
+
+def _arch_name(m: re.Match[str]) -> str:
+    g = m.groupdict()
+    if g.get("sm"):
+        return f"sm_{g['sm']}"
+    if g.get("SM"):
+        return f"SM{g['SM']}"
+    if g.get("cc"):
+        return f"compute_{g['cc']}"
+    if g.get("maj"):
+        return f"capability {g['maj']}.{g['min']}"
+    if g.get("majors"):
+        return "majors [" + g["majors"].strip() + "]"
+    return g.get("named") or m.group(0)
+
+
+def library_in(line: str) -> str | None:
+    """A kernel library the fatal line itself names (not the frameworks and torch around it)."""
+    frame = _FRAME.search(line)
+    text = frame.group("path") if frame else line
+    for name, pattern in _LIBRARIES:
+        if name in ("torch", "vllm", "sglang"):
+            continue
+        if pattern.search(text):
+            return name
+    return None
+
+
+def sm12x_token_in(text: str) -> str | None:
+    m = _SM12X_TOKEN.search(text)
+    return m.group(0) if m else None
+
+
+def cuda_error_of(line: str) -> str | None:
+    m = _CUDA_ERROR.search(line)
+    if not m:
+        return None
+    return (m.group("name") or (m.group("msg") or "").strip() or f"code {m.group('code')}") or None
+
+
+def next_step(cls: str, library: str | None, flag: tuple[str, str] | None) -> str:
+    """What to try next for a class, naming the library and the flag when the log shows them."""
+    lib = library or "the library in the traceback"
+    if cls == "arch-path-unsupported":
+        pick = (
+            f"relaunch with another {flag[0]} than {flag[1]} (one with kernels for this GPU)"
+            if flag
+            else (
+                "relaunch with a backend that has kernels for this GPU (SGLang --attention-backend / "
+                "--moe-runner-backend, vLLM --attention-backend / --moe-backend)"
+            )
+        )
+        return f"This path in {lib} does not support the GPU: {pick}, or upgrade {lib} to a release with SM12x support."
+    if cls == "binary-lacks-arch":
+        return (
+            f"Install a build of {lib} compiled for this GPU's arch (SM12x: CUDA 12.8+ builds, PyTorch from "
+            "https://download.pytorch.org/whl/cu128 or newer; DGX Spark needs sm_121); `sm120patch preflight` "
+            "lists what each installed package was built for."
+        )
+    if cls == "toolchain-lacks-arch":
+        return (
+            "Use a CUDA toolkit that knows the GPU (SM12x: CUDA >= 12.8, sm_121a needs CUDA 13) first on PATH; "
+            "for Triton point TRITON_PTXAS_PATH at its ptxas, or upgrade Triton (>= 3.3 knows sm_120)."
+        )
+    if cls == "resource-limit":
+        pick = f"another {flag[0]} than {flag[1]}" if flag else "another backend or smaller tiles for that kernel"
+        return (
+            f"The kernel in {lib} was sized for a GPU with more shared memory (SM90/SM100: 228 KB; SM12x: 99 KB per "
+            f"block): pick {pick}, or upgrade {lib} to a release with configs for this GPU."
+        )
+    if cls == "kernel-fault":
+        pick = f", then try another {flag[0]} than {flag[1]}" if flag else ", then pick another backend for that op"
+        return f"Rerun with CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel in {lib}{pick}; upgrade {lib}."
+    if cls == "out-of-memory":
+        return (
+            "Leave more headroom: SGLang --mem-fraction-static 0.8, vLLM --gpu-memory-utilization 0.8 and a smaller "
+            "--max-model-len; check nvidia-smi for other processes."
+        )
+    if cls == "communication":
+        return (
+            "Rerun with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; "
+            "on SM12x NCCL >= 2.26.2."
+        )
+    if cls == "environment":
+        return (
+            "Install versions that belong together (`pip check`, the package's requirements); "
+            "fix the named file or module."
+        )
+    return "Read the last traceback's exception line; rerun with CUDA_LAUNCH_BLOCKING=1 if a CUDA call is involved."

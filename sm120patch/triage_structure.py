@@ -1,0 +1,180 @@
+"""Watch a log's structure while diagnose reads it, and answer by cause class when no signature does.
+
+Per line diagnose tells the watcher what kind of line it is: a fatal line no signature named
+(its words may show a class; if not, the lines just before it may), or another line (which
+answers a log without any fatal line only if it says a build or toolchain lacks the GPU, or, when
+not logged at INFO/WARNING, shows an architecture class or OOM). At the end the strongest of
+those becomes one answer, with the evidence it rests on ("class" or "thin") and an SM12x verdict
+no stronger than the log (triage_classes.py has the classes and the cues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sm120patch import fatal, triage_classes
+from sm120patch.logkind import LogKind
+from sm120patch.triage_classes import StructureFinding
+
+SHOW_CHARS = 400
+CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
+# classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
+CONTEXT_CLASSES = frozenset(
+    {
+        "toolchain-lacks-arch",
+        "binary-lacks-arch",
+        "resource-limit",
+        "arch-path-unsupported",
+        "kernel-fault",
+        "out-of-memory",
+    }
+)
+WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # an INFO/WARNING line may show these
+# which class answers when several lines show one (an architecture cause first: a missed SM12x crash is worse)
+ORDER = (
+    "toolchain-lacks-arch",
+    "binary-lacks-arch",
+    "resource-limit",
+    "arch-path-unsupported",
+    "kernel-fault",
+    "out-of-memory",
+    "communication",
+    "environment",
+    "other",
+)
+GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
+_FRAMEWORKS = (None, "torch", "vllm", "sglang")
+_BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 3] + "..."
+
+
+@dataclass
+class Answer:
+    """The structural answer, ready to become a finding."""
+
+    pick: StructureFinding
+    verdict: str
+    check: str
+    notes: list[str]
+
+    @property
+    def details(self) -> dict[str, str]:
+        p = self.pick
+        out = {"cue": p.cue} if p.cue else {}
+        if p.library:
+            out["library"] = p.library
+        if p.flag:
+            out["flag"] = f"{p.flag[0]} {p.flag[1]}"
+        if p.archs:
+            out["archs"] = ", ".join(p.archs)
+        if p.cuda_error:
+            out["cuda_error"] = p.cuda_error
+        return out
+
+
+@dataclass
+class StructureWatcher:
+    evidence: triage_classes.Evidence = field(default_factory=triage_classes.Evidence)
+    _named: dict[str, StructureFinding] = field(default_factory=dict)  # class -> first fatal line showing it
+    _before: dict[str, StructureFinding] = field(default_factory=dict)  # class shown just before a bare line
+    _other: dict[str, StructureFinding] = field(default_factory=dict)  # class shown by a line that is not fatal
+    _bare: tuple[int, str] | None = None  # the last fatal line whose words show no class
+
+    def feed(self, line_no: int, line: str) -> None:
+        self.evidence.feed(line_no, line)
+
+    def fatal_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """A fatal line no signature named: keep the first per class its words (or the lines before) show."""
+        got = triage_classes.classify_line(fatal.strip_prefix(line)[0])
+        if got is not None:
+            if got[0] not in self._named:
+                self._named[got[0]] = self._finding(got[0], got[1], line_no, line, context, thin=False)
+            return
+        self._bare = (line_no, line)
+        for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
+            got = triage_classes.classify_line(fatal.strip_prefix(before)[0])
+            if got is not None and got[0] in CONTEXT_CLASSES and got[0] not in self._before:
+                cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
+                self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
+                break
+
+    def other_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
+        without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
+        body, quiet = fatal.strip_prefix(line)
+        got = triage_classes.classify_line(body)
+        if got is None or got[1].lower() in _BARE_WORDS or got[0] in self._other:
+            return
+        if got[0] not in WARNING_CLASSES and (quiet or got[0] not in CONTEXT_CLASSES):
+            return
+        cue = f"{got[1]} (in a line not logged as an error)"
+        self._other[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
+
+    def answer(self, kind: LogKind, context: Sequence[str]) -> Answer | None:
+        """The strongest structural answer the log supports, or None when it shows no failure at all."""
+        pick = _first(self._named) or _first(self._before)
+        if pick is None and self._bare is None:
+            pick = _first(self._other)
+        last = self._bare or self.evidence.last_frame
+        if pick is None and last is not None:
+            line_no, line = last
+            archs = self.evidence.archs_near(line_no, window=12)
+            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no)
+            cls = "arch-path-unsupported" if archs and lib not in _FRAMEWORKS else "other"
+            cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
+            pick = self._finding(cls, cue, line_no, line, context, thin=True)
+            if self._bare is None:
+                pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
+        if pick is None:
+            return None
+        verdict, check, notes = self._verdict(pick, kind)
+        return Answer(pick, verdict, check, notes)
+
+    def _finding(
+        self, cls: str, cue: str, line_no: int, line: str, context: Sequence[str], thin: bool
+    ) -> StructureFinding:
+        ev = self.evidence
+        around = line + " " + " ".join(list(context)[-CONTEXT_CUE_LINES:])
+        library = triage_classes.library_in(line) or ev.library_near(line_no)
+        return StructureFinding(
+            cls=cls,
+            line_no=line_no,
+            line=_clip(line.strip()),
+            cue=cue,
+            library=library,
+            archs=ev.archs_near(line_no),
+            flag=ev.flag_for(library, around),
+            cuda_error=triage_classes.cuda_error_of(line),
+            sm12x_token=triage_classes.sm12x_token_in(around),
+            thin=thin,
+        )
+
+    def _verdict(self, pick: StructureFinding, kind: LogKind) -> tuple[str, str, list[str]]:
+        """Is a structural cause SM12x? Only a class of architecture causes can be, and only the log says so."""
+        notes: list[str] = []
+        if pick.cls not in triage_classes.SM12X_CLASSES:
+            return "no", "", notes
+        if kind.gpu == "other" and kind.other_gpu:
+            notes.append(
+                f"the log shows a GPU that is not SM12x (line {kind.other_gpu.line_no}: {kind.other_gpu.line})"
+            )
+            return "no", "", notes
+        shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
+        if shown:
+            notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
+        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
+        if token:
+            notes.append(f"the failing lines name SM12x ({token})")
+        strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")
+        if not pick.thin and (token or (shown and strong)):
+            return "yes", "", notes
+        check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; {GPU_CHECK}"
+        return "maybe", check, notes
+
+
+def _first(found: dict[str, StructureFinding]) -> StructureFinding | None:
+    return next((found[c] for c in ORDER if c in found), None)
