@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from sm120patch import log_input
 from sm120patch.errors import EXIT_USAGE, TargetError, UserError
+from sm120patch.triage import log_input
 
 if TYPE_CHECKING:
     from sm120patch.recipes import Recipe
@@ -77,7 +77,9 @@ def _journal(target: Path | None) -> set[str] | None:
     help="The SGLang/FlashInfer tree (or site-packages) the server ran: its journal says which recipes are "
     "applied, and the planner which sm120patch apply fixes the crash there.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (shape in sm120patch/diagnose.py).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (its shape: sm120patch/triage/diagnose.py)."
+)
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
 def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> None:
     """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
@@ -91,8 +93,8 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
     `sm120patch apply ...` command for that tree (e.g. the FlashInfer backport for the
     allreduce-fusion crash on SGLang 0.5.5-0.5.17 with its pinned FlashInfer).
     """
-    from sm120patch.diagnose import diagnose, read_lines
-    from sm120patch.signatures import load_signatures
+    from sm120patch.triage.diagnose import diagnose, read_lines
+    from sm120patch.triage.signatures import load_signatures
 
     try:
         signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
@@ -122,7 +124,7 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
             stream.close()
     if result.causes:
         try:
-            from sm120patch.triage_fixes import advise, advise_without_target
+            from sm120patch.triage.fixes import advise, advise_without_target
 
             if target is None:
                 advise_without_target(result, recipes)
@@ -163,7 +165,7 @@ def guard_cmd(
     Example: sm120patch guard --target ./sglang --restart -- python -m sglang.launch_server ...
     """
     from sm120patch import guard
-    from sm120patch.signatures import load_signatures
+    from sm120patch.triage.signatures import load_signatures
 
     if target is not None and not target.exists():
         _fail(f"{target}: target not found; pass the tree sm120patch apply was run on")

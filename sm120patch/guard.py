@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sm120patch.diagnose import Diagnoser, Diagnosis, read_lines, rollback_command
 from sm120patch.errors import EXIT_FAILED, UserError
 from sm120patch.recipes import Recipe
-from sm120patch.signatures import Signature
+from sm120patch.triage.diagnose import Diagnoser, Diagnosis, read_lines, rollback_command
+from sm120patch.triage.signatures import Signature
 
 PREFIX = "[sm120patch guard]"
 DEFAULT_READY = re.escape("The server is fired up and ready to roll!")

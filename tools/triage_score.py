@@ -107,7 +107,7 @@ def _case(path: Path, i: int, raw: Any) -> Case:
     for key in ("expect", "fix_has"):
         if not all(isinstance(x, str) and x for x in raw.get(key, [])):
             raise CorpusError(f"{where}.{key}: must be a list of non-empty strings")
-    from sm120patch.triage_classes import CLASSES
+    from sm120patch.triage.classes import CLASSES
 
     if raw["class"] not in CLASSES:
         raise CorpusError(f"{where}.class: {raw['class']!r} is not a cause class; use one of {', '.join(CLASSES)}")
@@ -206,7 +206,7 @@ def _blames(finding: dict[str, Any]) -> bool:
 
 def run_case(case: Case) -> Outcome:
     """Diagnose one excerpt the way `sm120patch diagnose LOG` does (no journal, no recipes)."""
-    from sm120patch.diagnose import diagnose
+    from sm120patch.triage.diagnose import diagnose
 
     data = diagnose(case.excerpt.splitlines(keepends=True), [], None).to_dict()
     fatal = [f for f in data["findings"] if f["fatal"]]

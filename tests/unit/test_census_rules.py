@@ -21,7 +21,7 @@ from sm120patch.census.rules import (
     ptx_targets,
     sass_runs_on,
 )
-from sm120patch.diagnose import diagnose
+from sm120patch.triage.diagnose import diagnose
 
 A = Arch
 

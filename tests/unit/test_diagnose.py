@@ -13,9 +13,9 @@ from packaging.specifiers import SpecifierSet
 
 from sm120patch import commands_triage
 from sm120patch.commands_triage import diagnose_cmd
-from sm120patch.diagnose import MISSING, diagnose, read_lines, rollback_command
 from sm120patch.recipes import Recipe, load_recipes
-from sm120patch.signatures import load_signatures
+from sm120patch.triage.diagnose import MISSING, diagnose, read_lines, rollback_command
+from sm120patch.triage.signatures import load_signatures
 
 AR = "sglang-allreduce-fusion-sm120"
 AR_SIG = "No supported CUDA architectures found for major versions [9, 10]"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from sm120patch import fatal
-from sm120patch.diagnose import diagnose
-from sm120patch.signatures import load_signatures
-from sm120patch.triage_classes import CLASSES, SM12X_CLASSES, classify_line
+from sm120patch.triage import fatal
+from sm120patch.triage.classes import CLASSES, SM12X_CLASSES, classify_line
+from sm120patch.triage.diagnose import diagnose
+from sm120patch.triage.signatures import load_signatures
 
 
 def one(lines: list[str]):  # noqa: ANN201

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sm120patch import log_input
 from sm120patch.commands_triage import diagnose_cmd
+from sm120patch.triage import log_input
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sm120patch.diagnose import diagnose
-from sm120patch.prefilter import Prefilter
 from sm120patch.recipes import load_recipes
+from sm120patch.triage.diagnose import diagnose
+from sm120patch.triage.prefilter import Prefilter
 from tests.unit.test_diagnose import JIT_CRASH, REAL_LINES
 from tools.triage_score import load_corpus
 
@@ -53,7 +53,7 @@ def test_decode_progress_lines_are_skipped() -> None:
 def test_trie_pattern_matches_exactly_the_words() -> None:
     import re
 
-    from sm120patch.prefilter import trie_pattern
+    from sm120patch.triage.prefilter import trie_pattern
 
     r = re.compile(trie_pattern(["sm_", "sm1", "error", "err", "fail"]))
     for text in ("sm_120", "xsm1x", "an error", "err", "failed"):
@@ -63,7 +63,7 @@ def test_trie_pattern_matches_exactly_the_words() -> None:
 
 
 def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
-    from sm120patch.triage_classes import _LIBRARIES, LIBRARY_WORDS
+    from sm120patch.triage.classes import _LIBRARIES, LIBRARY_WORDS
 
     p = Prefilter(LIBRARY_WORDS)
     samples = {

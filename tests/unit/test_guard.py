@@ -22,7 +22,7 @@ from sm120patch.commands_triage import guard_cmd
 from sm120patch.errors import UserError
 from sm120patch.guard import GuardLog, GuardOptions, exit_status, run_guard
 from sm120patch.recipes import Recipe
-from sm120patch.signatures import load_signatures
+from sm120patch.triage.signatures import load_signatures
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="process checks read /proc (Linux)")
 
@@ -233,7 +233,7 @@ DRIVER = """\
 import sys
 from pathlib import Path
 from sm120patch.guard import GuardOptions, run_guard
-from sm120patch.signatures import load_signatures
+from sm120patch.triage.signatures import load_signatures
 opts = GuardOptions(command=[sys.executable, "-u", sys.argv[1]], target=Path(sys.argv[2]), timeout=30, grace=15)
 sys.exit(run_guard(opts, recipes=[], rollback=lambda t, ids: ids, applied=lambda t: set(),
                    signatures=load_signatures()))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sm120patch.diagnose import diagnose
-from sm120patch.fatal import classify, strip_prefix
-from sm120patch.logkind import LogKind
+from sm120patch.triage.diagnose import diagnose
+from sm120patch.triage.fatal import classify, strip_prefix
+from sm120patch.triage.logkind import LogKind
 
 
 def kind(lines: list[str]) -> LogKind:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sm120patch.errors import RecipeError
-from sm120patch.signatures import arch_major, default_signatures_path, load_signatures
+from sm120patch.triage.signatures import arch_major, default_signatures_path, load_signatures
 
 MATCHER = "regex = 'CUDA out of memory[.] Tried to allocate (?P<size>[0-9.]+ [KMG]iB)'"
 GOOD = """

@@ -54,7 +54,7 @@ def test_corpus_is_big_enough_and_balanced() -> None:
 
 
 def test_every_expected_id_is_in_the_catalogue() -> None:
-    from sm120patch.signatures import load_signatures
+    from sm120patch.triage.signatures import load_signatures
 
     ids = {s.id for s in load_signatures()}
     for c in CASES:
@@ -100,7 +100,7 @@ def test_advice_is_in_the_framework_of_the_log() -> None:
     sglang_oom = next(c for c in CASES if c.id == "sglang-12496-24gb-oom-kv-pool")
     v, s = run_case(vllm_oom), run_case(sglang_oom)
     assert v.framework == "vllm" and s.framework == "sglang"
-    from sm120patch.diagnose import diagnose
+    from sm120patch.triage.diagnose import diagnose
 
     def step(case: Case) -> str:
         d = diagnose(case.excerpt.splitlines(keepends=True), [], None)

@@ -23,9 +23,9 @@ from typing import Any
 
 from sm120patch.datafile import check_table, fail, read_toml
 from sm120patch.errors import RecipeError
-from sm120patch.logkind import FRAMEWORKS
 from sm120patch.recipes import default_recipe_dir
-from sm120patch.triage_classes import CLASSES
+from sm120patch.triage.classes import CLASSES
+from sm120patch.triage.logkind import FRAMEWORKS
 
 FILE_NAME = "signatures.toml"
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

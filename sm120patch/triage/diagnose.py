@@ -6,7 +6,7 @@ a multi-gigabyte log costs constant memory. Recipe crash signatures are checked
 first: a recipe is implicated only when the journal says it is applied, or,
 without journal information, flagged as "unknown" and said so. Then the
 catalogue (patches/signatures.toml; per line the first matching signature wins).
-A fatal line nothing names is answered from the log's structure (triage_classes.py:
+A fatal line nothing names is answered from the log's structure (classes.py:
 the cause class its words show, the library in the traceback, the architectures and
 backend flags the log names), with exit 1 and a word on how thin that evidence is: a
 fatal log is never answered with silence. Lines no matcher could care about are
@@ -30,7 +30,7 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
         {
           "source": "recipe" | "catalogue" | "structure",
           "signature": str,         # catalogue id, the recipe's signature text, or "class:<class>"
-          "class": str,             # cause class (triage_classes.CLASSES)
+          "class": str,             # cause class (classes.CLASSES)
           "evidence": "signature" | "class" | "thin",  # what the cause rests on
           "fatal": bool,
           "sm12x": "yes" | "maybe" | "no",  # is the cause SM12x, on this log's evidence
@@ -63,13 +63,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from sm120patch import fatal, triage_classes
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
-from sm120patch.logkind import LogKind
-from sm120patch.prefilter import Prefilter
 from sm120patch.recipes import Recipe
-from sm120patch.signatures import Signature, load_signatures
-from sm120patch.triage_structure import StructureWatcher
+from sm120patch.triage import classes as triage_classes
+from sm120patch.triage import fatal
+from sm120patch.triage.logkind import LogKind
+from sm120patch.triage.prefilter import Prefilter
+from sm120patch.triage.signatures import Signature, load_signatures
+from sm120patch.triage.structure import StructureWatcher
 
 MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
@@ -116,7 +117,7 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     sm12x: str = "maybe"  # "yes" | "maybe" | "no": is the cause SM12x, on this log's evidence
     check: str = ""  # how to tell, when "maybe"
-    cls: str = "other"  # the cause class (triage_classes.CLASSES)
+    cls: str = "other"  # the cause class (classes.CLASSES)
     evidence: str = "signature"  # "signature" | "class" | "thin": what the cause rests on
     sig: Signature | None = field(default=None, repr=False, compare=False)
 

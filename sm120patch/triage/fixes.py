@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120patch.diagnose import Diagnosis, Finding
 from sm120patch.recipes import Recipe
 from sm120patch.targets import Target
+from sm120patch.triage.diagnose import Diagnosis, Finding
 
 
 @dataclass(frozen=True)

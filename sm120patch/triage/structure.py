@@ -5,7 +5,7 @@ Per line diagnose tells the watcher what kind of line it is: a fatal line no sig
 answers a log without any fatal line only if it says a build or toolchain lacks the GPU, or, when
 not logged at INFO/WARNING, shows an architecture class or OOM). At the end the strongest of
 those becomes one answer, with the evidence it rests on ("class" or "thin") and an SM12x verdict
-no stronger than the log (triage_classes.py has the classes and the cues).
+no stronger than the log (classes.py has the classes and the cues).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sm120patch import fatal, triage_classes
-from sm120patch.logkind import LogKind
-from sm120patch.triage_classes import StructureFinding
+from sm120patch.triage import classes as triage_classes
+from sm120patch.triage import fatal
+from sm120patch.triage.classes import StructureFinding
+from sm120patch.triage.logkind import LogKind
 
 SHOW_CHARS = 400
 CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
