@@ -22,6 +22,7 @@ from sm120patch.commands_bundle import export_cmd
 from sm120patch.commands_info import preflight_cmd, probe_cmd, recipes_cmd
 from sm120patch.commands_tree import apply_cmd, clone_cmd, plan_cmd, rollback_cmd, status_cmd
 from sm120patch.commands_triage import diagnose_cmd, guard_cmd
+from sm120patch.commands_verify import verify_cmd
 from sm120patch.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 
 EXIT_INTERNAL = 3
@@ -56,6 +57,7 @@ for _command in (recipes_cmd, plan_cmd, apply_cmd, probe_cmd, preflight_cmd, rol
 cli.add_command(diagnose_cmd)
 cli.add_command(guard_cmd)
 cli.add_command(export_cmd)
+cli.add_command(verify_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
