@@ -35,7 +35,24 @@ from pathlib import Path
 
 READY = "The server is fired up and ready to roll!"
 CRASH_LINE = "RuntimeError: FakeKernelError: the fake tactic has no image for this GPU"
-WORDS = "the a model kernel graph token cache layer batch tensor memory stream warp block grid value".split()
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "kernel",
+    "graph",
+    "token",
+    "cache",
+    "layer",
+    "batch",
+    "tensor",
+    "memory",
+    "stream",
+    "warp",
+    "block",
+    "grid",
+    "value",
+]
 
 
 def knob(pkg: Path, name: str, default: object) -> object:

@@ -64,4 +64,5 @@ def free_port() -> int:
 
 
 def server_command(pkg: Path, port: int, state: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-u", str(FAKE_SERVER), "--port", str(port), "--package", str(pkg), "--state", str(state), *extra]
+    args = ["--port", str(port), "--package", str(pkg), "--state", str(state), *extra]
+    return [sys.executable, "-u", str(FAKE_SERVER), *args]
