@@ -66,9 +66,11 @@ demo: venv
 docs: venv
 	$(PY) tools/matrix.py > docs/compatibility.md
 
-## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
+## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md), and verify's client
+## against a bare httpx loop (benchmarks/verify_overhead.py)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
+	$(PY) benchmarks/verify_overhead.py
 
 ## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision into docs/crashed.md
 triage-score: venv
