@@ -42,10 +42,13 @@ def markdown(result: dict[str, Any]) -> str:
     runs = result["runs"]
     md = ["# sm120patch verify", ""]
     md.append(f"Server: `{' '.join(opts['command'])}` at {opts['url']}")
+    names = list(dict.fromkeys(s["arm"] for s in result["schedule"] if s["arm"] != "baseline"))
+    tag = {n: "B" if len(names) == 1 else f"B{i + 1}" for i, n in enumerate(names)}
+    order = " ".join("A" if s["arm"] == "baseline" else tag[s["arm"]] for s in result["schedule"])
+    legend = ", ".join(f"{t} = {n}" for n, t in tag.items())
     md.append(
-        f"Workload: concurrencies {', '.join(map(str, opts['concurrencies']))}, {opts['output_len']} output tokens, "
-        f"greedy; {opts['repeats']} repeat(s), interleaved "
-        + " ".join("A" if s["arm"] == "baseline" else "B" for s in result["schedule"])
+        f"Workload: concurrency {', '.join(map(str, opts['concurrencies']))}; {opts['output_len']} output tokens a "
+        f"request, greedy; {opts['repeats']} repeat(s), launches in the order {order} (A = baseline, {legend})"
     )
     md += [
         "",
@@ -107,6 +110,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     except ImportError:
         return False
     cs = [str(c) for c in result["options"]["concurrencies"]]
+    verdict = {d["name"]: "kept" if d["keep"] else "rolled back" for d in result["decisions"]}
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm, rs in result["runs"].items():
         if not rs:
@@ -120,9 +124,10 @@ def plot(result: dict[str, Any], path: Path) -> bool:
             yerr=[[m - a for m, a in zip(med, lo, strict=True)], [b - m for m, b in zip(med, hi, strict=True)]],
             marker="o",
             capsize=4,
-            label=arm,
+            label=arm if arm == "baseline" else f"{arm} ({verdict.get(arm, 'no verdict')})",
         )
     ax.set_xscale("log", base=2)
+    ax.set_xticks([int(c) for c in cs], cs)
     ax.set_xlabel("concurrency")
     ax.set_ylabel("output tok/s (median, min-max)")
     ax.legend()

@@ -171,7 +171,7 @@ def test_report_writes_json_and_markdown_and_plots_only_with_matplotlib(tmp_path
     paths = report.write(result, tmp_path)
     assert json.loads(Path(paths["json"]).read_text())["decisions"][0]["keep"] is True
     md = Path(paths["markdown"]).read_text()
-    assert "| r | r | kept |" in md and "| r | 8 | 180.0 | +80.0% |" in md and "A B A" in md
+    assert "| r | r | kept |" in md and "| r | 8 | 180.0 | +80.0% |" in md and "order A B A (A = baseline, B = r)" in md
     assert ("plot" in paths) == (importlib.util.find_spec("matplotlib") is not None)
 
 
