@@ -85,7 +85,8 @@ def decide(
 ) -> Decision:
     """Apply the rule above to one candidate's runs and the baseline's."""
     if launch_failure is not None:
-        why = f"server {launch_failure.get('outcome', 'failed')} with it: {launch_failure.get('cause', 'see the log')}"
+        outcome, cause = launch_failure.get("outcome", "failed"), launch_failure.get("cause", "see the log")
+        why = f"not applied: {cause}" if outcome == "not applied" else f"server {outcome} with it: {cause}"
         return Decision(name, list(recipes), False, [why], why, launch=launch_failure)
     if not cand or not base:
         return Decision(name, list(recipes), False, ["no runs to compare"], "no runs to compare")

@@ -1,8 +1,9 @@
 """Switch the tree between the arms of a comparison, only through the journal.
 
-Three calls into the engine, nothing else: which recipes are applied (`engine.applied_recipes`),
-apply some (`transaction.apply_many`, probe first, as `sm120patch apply --recipe` does), roll some
-back (`transaction.rollback_many`). Only the recipes under test are ever touched: others the user
+Three calls into the engine: which recipes are applied (`engine.applied_recipes`), apply some
+(`transaction.apply_many`, probe first, as `sm120patch apply --recipe` does), roll some back
+(`transaction.rollback_many`); and the journal's own recovery (`Journal.lock` + `recover`) for a
+write that Ctrl-C cut short. Only the recipes under test are ever touched: others the user
 applied stay in both arms.
 """
 
@@ -38,10 +39,23 @@ class Tree:
             out |= applied_recipes(t.root)
         return out
 
+    def recover(self) -> list[str]:
+        """Finish a transaction an interrupt cut short (its files back to their before-bytes)."""
+        from sm120patch.journal import Journal
+
+        restored: list[str] = []
+        for root in sorted({t.root for t in self.targets}):
+            journal = Journal.open(root)
+            if journal.data.get("pending"):
+                with journal.lock():
+                    restored += journal.recover()
+        return restored
+
     def switch_to(self, wanted: set[str]) -> Switch:
         """Make the managed recipes applied exactly where `wanted` says; returns what changed."""
         from sm120patch.transaction import apply_many, rollback_many
 
+        self.recover()
         done = Switch()
         now = self.applied()
         drop = sorted((now - wanted) & self.managed)

@@ -164,11 +164,19 @@ def test_one_at_a_time_keeps_the_fast_and_drops_the_crashing(sm: Any, box: Box) 
 
 
 def test_server_that_never_becomes_ready(sm: Any, box: Box) -> None:
-    code, data, err = verify(sm, box, "fake-hang", extra=("--ready-timeout", "3"))
+    code, data, err = verify(sm, box, "fake-hang", extra=("--ready-timeout", "2"))
     assert code == 1, err
     (d,) = data["decisions"]
     assert not d["keep"] and d["launch"]["outcome"] == "not ready"
     assert data["final"] == [] and box.changed() == {}
+
+
+def test_a_candidate_apply_refuses_is_rolled_back_unlaunched(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-misfit")
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["summary"].startswith("not applied: fake-misfit:")
+    assert len(box.launches()) == 1 and data["final"] == [] and box.changed() == {}
 
 
 def test_busy_port_is_refused_before_anything_changes(sm: Any, box: Box) -> None:

@@ -21,7 +21,9 @@ RECIPES = {
     "fake-late": ("mode", '"late"', 'changes_outputs = "kernels"\n'),
     "fake-crash": ("crash", "True", 'crash_signatures = ["FakeKernelError: the fake tactic has no image"]\n'),
     "fake-hang": ("hang", "True", ""),
+    "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
 }
+MISFIT_BEFORE = {"fake-misfit": "0.5"}
 
 
 def knob_rel(name: str) -> str:
@@ -48,7 +50,7 @@ def make_recipes(root: Path) -> Path:
     for rid, (name, value, extra) in RECIPES.items():
         rel = knob_rel(name)
         (root / "sglang" / f"{rid}.diff").write_text(
-            f"--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-VALUE = {KNOBS[name]}\n+VALUE = {value}\n"
+            f"--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-VALUE = {MISFIT_BEFORE.get(rid, KNOBS[name])}\n+VALUE = {value}\n"
         )
         (root / "sglang" / f"{rid}.toml").write_text(
             f'id = "{rid}"\npackage = "sglang"\ntitle = \'test: {name} = {value}\'\nwhy = "test data"\n'
