@@ -28,6 +28,9 @@ class _ServerAfterDashes(click.Command):
             args = args[:i]
         return super().parse_args(ctx, args)
 
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "-- SERVER COMMAND..."]
+
 
 @click.command("verify", cls=_ServerAfterDashes)
 @target_options

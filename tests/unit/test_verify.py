@@ -242,6 +242,40 @@ def test_canary_catches_a_collapse_and_guard_rolls_back(sm: Any, box: Box) -> No
     assert all(gone(p) for p in box.pids())
 
 
+def test_a_crash_of_verify_itself_puts_the_tree_back(sm: Any, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sm120patch.verify import metrics
+
+    real, calls = metrics.summarize, []
+
+    def summarize(load: Any) -> dict[str, Any]:
+        calls.append(load)
+        if len(calls) == 2:  # the candidate's load: verify breaks with the candidate applied
+            raise RuntimeError("a bug in verify")
+        return real(load)
+
+    monkeypatch.setattr(metrics, "summarize", summarize)
+    code, out, err = sm(*box.verify_args("fake-fast"))
+    assert code == 3 and "internal error: RuntimeError: a bug in verify" in err
+    assert len(box.launches()) == 2 and box.changed() == {}
+    assert all(gone(p) for p in box.pids())
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ((), "no server command; give it after --"),
+        (("--recipe", "nope", "--", "true"), "--recipe nope: no such recipe"),
+        (("--url", "ftp://x", "--", "true"), "is not an http(s) URL"),
+        (("--", "true"), "nothing to verify; apply recipes first"),
+        (("--concurrency", "0", "--", "true"), "0 is not in the range"),
+    ],
+)
+def test_bad_usage_is_one_line_and_changes_nothing(sm: Any, box: Box, args: tuple[str, ...], fragment: str) -> None:
+    code, out, err = sm("verify", box.site, "--probe", "none", "--arch", "sm_120", *args)
+    assert code == 2 and fragment in err and "Traceback" not in err
+    assert box.changed() == {} and box.launches() == []
+
+
 def test_help_does_not_load_the_http_client() -> None:
     code = "import sys\nfrom sm120patch.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
     code += "print(sorted(m for m in sys.modules if m == 'httpx' or m.startswith('sm120patch.verify.')))"
