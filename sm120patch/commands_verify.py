@@ -62,7 +62,12 @@ class _ServerAfterDashes(click.Command):
     "--repeats", type=click.IntRange(1, 100), default=1, show_default=True, help="Rounds of the interleaving."
 )
 @click.option(
-    "--ready-timeout", type=float, default=1800.0, show_default=True, metavar="S", help="Seconds to become ready."
+    "--ready-timeout",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to become ready (0: no limit).",
 )
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")

@@ -250,7 +250,7 @@ class Runner:
             poll = min(poll * 2, READY_POLL)
         self._stop_server()
         diag = server.diagnosis()
-        cause = _cause(diag, outcome, opts.ready_timeout, server.proc.returncode)
+        cause = _cause(diag, outcome, opts.ready_timeout, server.proc.returncode, opts.base_url)
         if fatal and fatal not in cause:
             cause = f"{cause} ({fatal})"
         return Launch(False, time.monotonic() - started, log_path, outcome, cause, diag.to_dict())
@@ -305,13 +305,16 @@ class Runner:
         return out
 
 
-def _cause(diag: Any, outcome: str, timeout: float, rc: int | None) -> str:
+def _cause(diag: Any, outcome: str, timeout: float, rc: int | None, url: str) -> str:
     if diag.causes:
         f = diag.causes[0]
         recipes = f" (recipes: {', '.join(f.recipe_ids)})" if f.recipe_ids else ""
         return f"{f.signature}{recipes}: {f.meaning}"
     if outcome == "not ready":
-        return f"not ready within {timeout:g}s"
+        return (
+            f"nothing answered at {url.rstrip('/')}{workload.MODELS} within {timeout:g}s "
+            "(is --url where the command serves? a bigger --ready-timeout?)"
+        )
     if diag.unnamed_errors:
         return f"exit status {rc}; last error line: {diag.unnamed_errors[-1].line}"
     return f"exit status {rc}; no error line in its output"
