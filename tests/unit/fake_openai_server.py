@@ -17,6 +17,7 @@ everything else words picked from a hash of the prompt: greedy decoding, so the 
 the same text. Endpoints: GET /health, GET /v1/models, POST /v1/completions (SSE, like SGLang:
 `data: {json}` lines, a final usage chunk, `data: [DONE]`). Binds 127.0.0.1 only. With --state,
 appends one line per launch (`pid knobs`) to DIR/launches, and one per request to DIR/requests.
+`--knob-if delay=0.003:srt/x.py:REGEX` sets a knob from a real release's file instead (delay, mode).
 """
 
 from __future__ import annotations
@@ -92,10 +93,22 @@ def main() -> None:
     ap.add_argument("--package", type=Path, required=True)
     ap.add_argument("--state", type=Path)
     ap.add_argument("--serve-for", type=float, default=0.0, help="exit 0 this long after ready, if mode is ok")
+    ap.add_argument(
+        "--knob-if",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE:REL:REGEX",
+        help="the knob takes VALUE when PKG/REL matches REGEX (a real release's gate, opened or not)",
+    )
     args = ap.parse_args()
     pkg = args.package
     delay = float(knob(pkg, "delay", 0.01))  # type: ignore[arg-type]
     mode = str(knob(pkg, "mode", "ok"))
+    for rule in args.knob_if:
+        setting, rel, regex = rule.split(":", 2)
+        name, value = setting.split("=", 1)
+        if re.search(regex, (pkg / rel).read_text(), re.M):
+            delay, mode = (float(value), mode) if name == "delay" else (delay, value)
     lock = threading.Lock()
     if args.state:
         args.state.mkdir(parents=True, exist_ok=True)
