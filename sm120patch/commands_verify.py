@@ -69,6 +69,14 @@ class _ServerAfterDashes(click.Command):
     metavar="S",
     help="Seconds to become ready (0: no limit).",
 )
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0.1),
+    default=600.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds without a byte from the server before a request fails (a server hung after it was ready).",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(
@@ -133,6 +141,7 @@ def run_verify(
     requests: int | None,
     repeats: int,
     ready_timeout: float,
+    request_timeout: float,
     url: str,
     model: str | None,
     warmup: int | None,
@@ -175,6 +184,7 @@ def run_verify(
         repeats=repeats,
         one_at_a_time=one_at_a_time,
         ready_timeout=ready_timeout,
+        request_timeout=request_timeout,
         warmup=warmup,
         grace=grace,
         model=model,

@@ -48,6 +48,7 @@ class Options:
     ready_timeout: float = 1800.0
     warmup: int | None = None  # requests before measuring; default one per prompt
     grace: float = 10.0
+    request_timeout: float = workload.REQUEST_TIMEOUT
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -286,11 +287,12 @@ class Runner:
         model = self.model
         warm = len(self.prompts) if opts.warmup is None else opts.warmup
         if warm:
-            workload.run_load(opts.base_url, model, self.prompts, min(8, max(opts.concurrencies)), warm, 16)
+            c = min(8, max(opts.concurrencies))
+            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout)
         out: dict[int, dict[str, Any]] = {}
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
-            load = workload.run_load(opts.base_url, model, self.prompts, c, n, opts.output_len)
+            load = workload.run_load(opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout)
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
             for r in load.results:
@@ -348,4 +350,5 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "repeats": opts.repeats,
         "one_at_a_time": opts.one_at_a_time,
         "ready_timeout": opts.ready_timeout,
+        "request_timeout": opts.request_timeout,
     }

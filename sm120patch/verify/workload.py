@@ -24,7 +24,9 @@ from sm120patch.errors import UserError
 
 COMPLETIONS = "/v1/completions"
 MODELS = "/v1/models"
-REQUEST_TIMEOUT = 6 * 3600.0  # one request at concurrency 1024 and 1024 tokens may take many minutes
+# seconds without a byte from the server before a request counts as failed (httpx's read timeout: a
+# stream that stalls, a server that hangs after it was ready); a slow stream that keeps coming is fine
+REQUEST_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -152,11 +154,13 @@ class Load:
     duration: float  # from before the first request to after the last (bench_serving's dur_s)
 
 
-async def _run(base_url: str, model: str, prompts: list[Prompt], concurrency: int, requests: int, out_len: int) -> Load:
+async def _run(
+    base_url: str, model: str, prompts: list[Prompt], concurrency: int, requests: int, out_len: int, timeout: float
+) -> Load:
     url = base_url.rstrip("/") + COMPLETIONS
     gate = asyncio.Semaphore(concurrency)
     order = [prompts[i % len(prompts)] for i in range(requests)]
-    async with client(concurrency) as http:
+    async with client(concurrency, timeout) as http:
 
         async def one(p: Prompt) -> RequestResult:
             async with gate:
@@ -169,10 +173,16 @@ async def _run(base_url: str, model: str, prompts: list[Prompt], concurrency: in
 
 
 def run_load(
-    base_url: str, model: str, prompts: list[Prompt], concurrency: int, requests: int, output_len: int
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    concurrency: int,
+    requests: int,
+    output_len: int,
+    timeout: float = REQUEST_TIMEOUT,
 ) -> Load:
     """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight."""
-    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len))
+    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout))
 
 
 def model_name(base_url: str, timeout: float = 10.0) -> str | None:

@@ -11,6 +11,7 @@ at start. Test recipes rewrite those files.
              quarter of each output differs: bf16-style late divergence)
     crash    true: print a crash signature line and exit 1 before serving
     hang     true: never bind the port (not ready)
+    stall    true: ready, but every completion stops after its first token (hung after ready)
 
 Answers: "Compute A + B" / "Compute A times B" get the right number, "Count from 1 to N" the count,
 everything else words picked from a hash of the prompt: greedy decoding, so the same prompt gives
@@ -150,6 +151,7 @@ def main() -> None:
                 return
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             n = int(req.get("max_tokens", 16))
+            stall = bool(knob(pkg, "stall", False))
             toks = generate(str(req.get("prompt", "")), n, mode)
             if args.state:
                 with lock, open(args.state / "requests", "a") as fh:
@@ -159,8 +161,8 @@ def main() -> None:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                for tok in toks:
-                    time.sleep(delay)
+                for i, tok in enumerate(toks):
+                    time.sleep(delay if not (stall and i == 1) else 60)
                     chunk = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()

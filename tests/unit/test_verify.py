@@ -171,6 +171,14 @@ def test_server_that_never_becomes_ready(sm: Any, box: Box) -> None:
     assert data["final"] == [] and box.changed() == {}
 
 
+def test_a_server_that_hangs_after_it_was_ready(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-stall", extra=("--request-timeout", "1"))
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["reasons"][0] == "8 requests failed at c=4 (baseline: 0)"
+    assert data["final"] == [] and box.changed() == {}
+
+
 def test_a_candidate_apply_refuses_is_rolled_back_unlaunched(sm: Any, box: Box) -> None:
     code, data, err = verify(sm, box, "fake-misfit")
     assert code == 1, err

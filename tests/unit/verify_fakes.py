@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.unit.sglang_fakes import make_sglang
 
 FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
-KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False"}
+KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False"}
 # recipe id -> (knob, new value, extra recipe lines)
 RECIPES = {
     "fake-fast": ("delay", "0.003", ""),
@@ -21,6 +21,7 @@ RECIPES = {
     "fake-late": ("mode", '"late"', 'changes_outputs = "kernels"\n'),
     "fake-crash": ("crash", "True", 'crash_signatures = ["FakeKernelError: the fake tactic has no image"]\n'),
     "fake-hang": ("hang", "True", ""),
+    "fake-stall": ("stall", "True", ""),
     "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
 }
 MISFIT_BEFORE = {"fake-misfit": "0.5"}
