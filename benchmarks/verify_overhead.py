@@ -6,7 +6,8 @@ OpenAI server of the tests (tests/unit/fake_openai_server.py) with no per-token 
 client side is as large a share of the time as it can be. The bare loop posts, reads the SSE
 lines and keeps the text; the harness is what verify runs per load (workload.run_load: bench_serving's
 per-chunk timing, then metrics.summarize and answers.compare_sets). Rounds alternate which of
-the two goes first; the table gives the medians, the ratio and the overhead per request.
+the two goes first; the table gives the medians, the ratio and the overhead per request, in
+wall time and in this process's CPU time (the client's own work: the server is another process).
 
     python benchmarks/verify_overhead.py [--requests 256] [--concurrency 16] [--tokens 64] [--reps 5] [--json F]
 """
@@ -86,6 +87,7 @@ def main() -> None:
             while workload.model_name(url) is None:
                 time.sleep(0.05)
             rounds: dict[str, list[float]] = {"bare": [], "harness": []}
+            cpu: dict[str, list[float]] = {"bare": [], "harness": []}  # this process only: the client's own cost
             runs = {
                 "bare": lambda: asyncio.run(bare(url, prompts, a.concurrency, a.requests, a.tokens)),
                 "harness": lambda: harness(url, prompts, a.concurrency, a.requests, a.tokens),
@@ -93,10 +95,11 @@ def main() -> None:
             for rep in range(a.reps + 1):  # the first round warms both up, unrecorded
                 order = ["bare", "harness"] if rep % 2 else ["harness", "bare"]  # neither always goes first
                 for name in order:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     runs[name]()
                     if rep:
                         rounds[name].append(time.perf_counter() - t0)
+                        cpu[name].append(time.process_time() - c0)
         finally:
             proc.kill()
             proc.wait()
@@ -113,6 +116,10 @@ def main() -> None:
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
         "overhead_ms_per_request": (h - b) / a.requests * 1000,
+        "cpu_bare_s": cpu["bare"],
+        "cpu_harness_s": cpu["harness"],
+        "cpu_ratio_median": statistics.median(y / x for x, y in zip(cpu["bare"], cpu["harness"], strict=True)),
+        "cpu_ms_per_request": (statistics.median(cpu["harness"]) - statistics.median(cpu["bare"])) / a.requests * 1000,
         "cpus": os.cpu_count(),
         "load": [round(x, 2) for x in os.getloadavg()],
     }
@@ -120,7 +127,8 @@ def main() -> None:
         f"verify client vs bare httpx loop, {a.requests} requests x {a.tokens} tokens at c={a.concurrency}, "
         f"{a.reps} rounds: bare {b:.3f} s, harness {h:.3f} s; ratio {res['ratio_median']:.3f} "
         f"(min {res['ratio_min']:.3f}, max {res['ratio_max']:.3f}); "
-        f"{res['overhead_ms_per_request']:+.3f} ms per request (load {res['load'][0]})"
+        f"{res['overhead_ms_per_request']:+.3f} ms per request (load {res['load'][0]})\n"
+        f"client CPU time: ratio {res['cpu_ratio_median']:.3f}, {res['cpu_ms_per_request']:+.3f} ms per request"
     )
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
