@@ -345,6 +345,9 @@ def _roll_back_outputs(
 ) -> list[str]:
     """After a canary failure: the applied recipes that can change outputs, one kind at a time
     (autotune and tactic choices before other kernels), rolled back."""
+    if opts.target is None:
+        log("without --target, guard cannot roll back the recipes that changed the answers")
+        return []
     now = _applied_or_none(applied, opts.target, log)
     if not now:
         return []
