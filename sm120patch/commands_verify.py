@@ -77,6 +77,14 @@ class _ServerAfterDashes(click.Command):
     metavar="S",
     help="Seconds without a byte from the server before a request fails (a server hung after it was ready).",
 )
+@click.option(
+    "--noise-floor",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.02,
+    show_default=True,
+    metavar="FRACTION",
+    help="The smallest slowdown that counts, even when runs agree more closely (0.05: 5 %).",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(
@@ -142,6 +150,7 @@ def run_verify(
     repeats: int,
     ready_timeout: float,
     request_timeout: float,
+    noise_floor: float,
     url: str,
     model: str | None,
     warmup: int | None,
@@ -185,6 +194,7 @@ def run_verify(
         one_at_a_time=one_at_a_time,
         ready_timeout=ready_timeout,
         request_timeout=request_timeout,
+        noise_floor=noise_floor,
         warmup=warmup,
         grace=grace,
         model=model,

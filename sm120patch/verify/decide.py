@@ -4,8 +4,8 @@ The rule, per candidate (a recipe, or all candidates together):
 
 1. it launched and became ready every time (a crash or a hang is a rollback, with the diagnosis);
 2. no more failed requests than the baseline had;
-3. at every concurrency, the median output tok/s over its runs is not below the baseline's by
-   more than the noise (schedule.compare: the larger of both arms' spread and NOISE_FLOOR);
+3. at every concurrency, its mean output tok/s over its runs is not below the baseline's by more
+   than the noise (schedule.noise: twice the standard error of the difference, at least the floor);
 4. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
    an agreement rate of at least AGREE_MIN, or the baseline's own agreement with itself across its
    launches where that is lower (then the server is not deterministic even without the recipe).
@@ -82,6 +82,7 @@ def decide(
     base: Sequence[Run],
     cand: Sequence[Run],
     launch_failure: dict[str, Any] | None = None,
+    noise_floor: float = schedule.NOISE_FLOOR,
 ) -> Decision:
     """Apply the rule above to one candidate's runs and the baseline's."""
     if launch_failure is not None:
@@ -95,7 +96,7 @@ def decide(
     for c in sorted(cand[0]):
         b = [r[c]["summary"]["output_throughput"] for r in base if c in r]
         k = [r[c]["summary"]["output_throughput"] for r in cand if c in r]
-        thr[c] = schedule.compare(b, k)
+        thr[c] = schedule.compare(b, k, floor=noise_floor)
         failed_b = max((r[c]["summary"]["failed"] for r in base if c in r), default=0)
         failed_c = max(r[c]["summary"]["failed"] for r in cand if c in r)
         if failed_c > failed_b:

@@ -24,6 +24,11 @@ def _median(runs: list[dict[str, Any]], c: str, *keys: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def _mean(runs: list[dict[str, Any]], c: str, key: str) -> float | None:
+    vals = [r[c]["summary"][key] for r in runs if c in r]
+    return statistics.fmean(vals) if vals else None
+
+
 def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -61,7 +66,7 @@ def markdown(result: dict[str, Any]) -> str:
         md.append(
             f"| {d['name']} | {', '.join(d['recipes'])} | {'kept' if d['keep'] else 'rolled back'} | {d['summary']} |"
         )
-    md += ["", "## Throughput and latency (medians over runs)", ""]
+    md += ["", "## Throughput (mean over runs) and latency (median over runs)", ""]
     md.append(
         "| arm | c | output tok/s | change | noise | TTFT median / p99 ms | TPOT median / p99 ms | ITL median ms |"
     )
@@ -75,7 +80,7 @@ def markdown(result: dict[str, Any]) -> str:
             change = "" if t.get("delta") is None else f"{t['delta'] * 100:+.1f}%"
             noise = "" if t.get("noise") is None else f"+-{t['noise'] * 100:.1f}%"
             md.append(
-                f"| {arm} | {c} | {_fmt(_median(rs, c, 'output_throughput'))} | {change} | {noise} | "
+                f"| {arm} | {c} | {_fmt(_mean(rs, c, 'output_throughput'))} | {change} | {noise} | "
                 f"{_fmt(_median(rs, c, 'ttft_ms', 'median'))} / {_fmt(_median(rs, c, 'ttft_ms', 'p99'))} | "
                 f"{_fmt(_median(rs, c, 'tpot_ms', 'median'), '.2f')} / "
                 f"{_fmt(_median(rs, c, 'tpot_ms', 'p99'), '.2f')} | "
@@ -115,7 +120,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     for arm, rs in result["runs"].items():
         if not rs:
             continue
-        med = [_median(rs, c, "output_throughput") or 0.0 for c in cs]
+        med = [_mean(rs, c, "output_throughput") or 0.0 for c in cs]
         lo = [min(r[c]["summary"]["output_throughput"] for r in rs if c in r) for c in cs]
         hi = [max(r[c]["summary"]["output_throughput"] for r in rs if c in r) for c in cs]
         ax.errorbar(
@@ -129,7 +134,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     ax.set_xscale("log", base=2)
     ax.set_xticks([int(c) for c in cs], cs)
     ax.set_xlabel("concurrency")
-    ax.set_ylabel("output tok/s (median, min-max)")
+    ax.set_ylabel("output tok/s (mean, min-max)")
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()

@@ -49,6 +49,7 @@ class Options:
     warmup: int | None = None  # requests before measuring; default one per prompt
     grace: float = 10.0
     request_timeout: float = workload.REQUEST_TIMEOUT
+    noise_floor: float = schedule.NOISE_FLOOR
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -168,7 +169,15 @@ class Runner:
                         continue
                     runs[step.arm].append(run)
                 decisions = [
-                    decide_mod.decide(name, ids, self.prompts, runs[schedule.BASELINE], runs[name], failures.get(name))
+                    decide_mod.decide(
+                        name,
+                        ids,
+                        self.prompts,
+                        runs[schedule.BASELINE],
+                        runs[name],
+                        failures.get(name),
+                        opts.noise_floor,
+                    )
                     for name, ids in arms.items()
                 ]
                 kept = {r for d in decisions if d.keep for r in d.recipes}
@@ -240,7 +249,7 @@ class Runner:
             if server.proc.poll() is not None:
                 outcome = "crashed"
                 break
-            model = workload.model_name(opts.base_url, timeout=2.0)
+            model = workload.ready(opts.base_url, timeout=2.0)
             if model is not None:
                 self.model = opts.model or model
                 return Launch(True, time.monotonic() - started, log_path, server=server)
@@ -351,4 +360,5 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "one_at_a_time": opts.one_at_a_time,
         "ready_timeout": opts.ready_timeout,
         "request_timeout": opts.request_timeout,
+        "noise_floor": opts.noise_floor,
     }

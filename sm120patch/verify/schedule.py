@@ -6,10 +6,13 @@ A B A B A (one, two repeats). Every candidate run sits between two baseline runs
 (thermals, clocks, a neighbour on the box) moves both arms and shows up as the baseline's spread,
 not as a verdict on the candidate.
 
-Noise is measured, not assumed: for each arm, the half-range of its runs relative to their median
-((max - min) / 2 / median); the noise of a comparison is the larger of the two arms' and
-NOISE_FLOOR. A candidate is slower only when its median falls below the baseline's by more than
-that.
+Noise is measured, not assumed. The runs of both arms give a pooled standard deviation (each
+arm's runs about their own mean); the noise of a comparison is twice the standard error of the
+difference of the two means, relative to the baseline's mean (about a 95 % one-sided bound when
+the scatter is normal), and never less than the floor (NOISE_FLOOR, `verify --noise-floor`).
+A candidate is slower only when its mean falls below the baseline's by more than that. With one
+run per arm there is no scatter to measure: the floor alone decides. Each arm's spread (half its
+range over its median) is reported too, for a person to read.
 """
 
 from __future__ import annotations
@@ -48,13 +51,34 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / 2 / mid if mid else 0.0
 
 
-def compare(base: Sequence[float], cand: Sequence[float], higher_is_better: bool = True) -> dict[str, Any]:
-    """Candidate against baseline for one figure: relative change of the medians, the noise,
+def noise(base: Sequence[float], cand: Sequence[float], floor: float = NOISE_FLOOR) -> float:
+    """2 x the standard error of mean(cand) - mean(base), over mean(base); at least `floor`."""
+    dof = len(base) + len(cand) - 2
+    mean_b = statistics.fmean(base)
+    if dof < 1 or not mean_b:
+        return floor
+    ss = sum((x - statistics.fmean(arm)) ** 2 for arm in (base, cand) for x in arm)
+    se = (ss / dof) ** 0.5 * (1 / len(base) + 1 / len(cand)) ** 0.5
+    return max(floor, 2 * se / mean_b)
+
+
+def compare(
+    base: Sequence[float], cand: Sequence[float], higher_is_better: bool = True, floor: float = NOISE_FLOOR
+) -> dict[str, Any]:
+    """Candidate against baseline for one figure: relative change of the means, the noise,
     and whether the candidate is worse by more than the noise."""
     if not base or not cand:
         return {"delta": None, "noise": None, "worse": None, "base": list(base), "cand": list(cand)}
-    mb, mc = statistics.median(base), statistics.median(cand)
+    mb, mc = statistics.fmean(base), statistics.fmean(cand)
     delta = (mc / mb - 1.0) if mb else 0.0
-    noise = max(spread(base), spread(cand), NOISE_FLOOR)
-    worse = delta < -noise if higher_is_better else delta > noise
-    return {"delta": delta, "noise": noise, "worse": worse, "base": list(base), "cand": list(cand)}
+    n = noise(base, cand, floor)
+    worse = delta < -n if higher_is_better else delta > n
+    return {
+        "delta": delta,
+        "noise": n,
+        "worse": worse,
+        "spread_base": spread(base),
+        "spread_cand": spread(cand),
+        "base": list(base),
+        "cand": list(cand),
+    }

@@ -4,7 +4,9 @@ Each request is what SGLang's own `python -m sglang.bench_serving --backend sgla
 (`async_request_openai_completions` in sglang/bench_serving.py, 0.5.9): POST /v1/completions with
 `temperature 0`, `ignore_eos`, `max_tokens`, `stream: true`; the stream is read line by line, and
 TTFT, the inter-token latencies and the latency are timed exactly where that function times them,
-so the figures compare with the ones users already quote. A fixed number of requests runs at a
+so the figures compare with the ones users already quote. `stream_options.include_usage` asks
+for the last chunk SGLang 0.5.9 sends (`choices: []` and `usage`, serving_completions.py), so an
+output's length is the server's own token count. A fixed number of requests runs at a
 fixed concurrency (a semaphore), never an open loop: the load is bounded.
 
 httpx is imported here only: nothing on the plan/apply path loads this module.
@@ -24,6 +26,7 @@ from sm120patch.errors import UserError
 
 COMPLETIONS = "/v1/completions"
 MODELS = "/v1/models"
+HEALTH = "/health"
 # seconds without a byte from the server before a request counts as failed (httpx's read timeout: a
 # stream that stalls, a server that hangs after it was ready); a slow stream that keeps coming is fine
 REQUEST_TIMEOUT = 600.0
@@ -183,6 +186,22 @@ def run_load(
 ) -> Load:
     """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight."""
     return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout))
+
+
+def ready(base_url: str, timeout: float = 10.0) -> str | None:
+    """The model name once the server serves, else None. SGLang answers /v1/models as soon as its
+    HTTP server is up, but /health says 503 until its own warm-up is done (`health_generate` in
+    sglang/srt/entrypoints/http_server.py, 0.5.9: ServerStatus.Starting); a server without /health
+    (404) is judged by /v1/models alone."""
+    import httpx
+
+    try:
+        r = httpx.get(base_url.rstrip("/") + HEALTH, timeout=timeout, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200 and r.status_code != 404:
+        return None
+    return model_name(base_url, timeout)
 
 
 def model_name(base_url: str, timeout: float = 10.0) -> str | None:

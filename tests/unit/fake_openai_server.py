@@ -138,8 +138,8 @@ def main() -> None:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            if self.path == "/health":
-                self._json(200, {})
+            if self.path == "/health":  # 503 while "starting", as SGLang says until its warm-up is done
+                self._json(503 if time.monotonic() < up_at else 200, {})
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
             else:
@@ -154,8 +154,9 @@ def main() -> None:
             stall = bool(knob(pkg, "stall", False))
             toks = generate(str(req.get("prompt", "")), n, mode)
             if args.state:
+                early = " early" if time.monotonic() < up_at else ""  # sent before /health said so
                 with lock, open(args.state / "requests", "a") as fh:
-                    fh.write(f"{os.getpid()} {n}\n")
+                    fh.write(f"{os.getpid()} {n}{early}\n")
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
@@ -175,6 +176,7 @@ def main() -> None:
     http.server.ThreadingHTTPServer.daemon_threads = True
     http.server.ThreadingHTTPServer.request_queue_size = 256  # a burst of connects must not wait on SYN retries
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    up_at = time.monotonic() + 0.3  # /health answers 200 from then on
     print(READY, flush=True)
     if args.serve_for and mode == "ok":
         threading.Timer(args.serve_for, httpd.shutdown).start()

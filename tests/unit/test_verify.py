@@ -114,6 +114,8 @@ def test_faster_recipe_is_kept(sm: Any, box: Box) -> None:
     assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
     # A B A: baseline, candidate, baseline, each its own launch of the server
     assert [line.split()[1] for line in box.launches()] == ["delay=0.01", "delay=0.003", "delay=0.01"]
+    requests = (box.state / "requests").read_text().splitlines()
+    assert requests and not [r for r in requests if r.endswith("early")]  # none before /health said ready
     assert {Path(p).name for p in data["report"].values()} >= {"report.json", "report.md"}
     assert "fake-fast" in (box.out / "report.md").read_text()
     code, out, _ = sm("status", box.site, "--probe", "none")
@@ -143,7 +145,9 @@ def test_recipe_that_corrupts_answers_is_rolled_back(sm: Any, box: Box) -> None:
 
 
 def test_late_divergence_is_within_tolerance(sm: Any, box: Box) -> None:
-    code, data, err = verify(sm, box, "fake-late")
+    # the fake's speed does not change here; a loaded box may still move it a few %: the floor keeps
+    # this test about answers
+    code, data, err = verify(sm, box, "fake-late", extra=("--noise-floor", "0.5"))
     (d,) = data["decisions"]
     assert code == 0 and d["keep"], d["reasons"]
     assert d["answers"]["exact"] == 0 and d["answers"]["agree"] == d["answers"]["compared"]

@@ -95,11 +95,17 @@ def test_interleaving_brackets_every_candidate_with_the_baseline() -> None:
         schedule.interleave(["B"], 0)
 
 
-def test_noise_is_the_measured_spread_with_a_floor() -> None:
+def test_noise_is_twice_the_standard_error_with_a_floor() -> None:
     assert schedule.spread([90.0, 110.0]) == pytest.approx(0.1)
-    c = schedule.compare([90.0, 110.0], [92.0])  # -8 %, within the baseline's +-10 %
-    assert c["delta"] == pytest.approx(-0.08) and c["noise"] == pytest.approx(0.1) and not c["worse"]
-    assert schedule.compare([100.0, 100.0], [97.0])["worse"]  # -3 % beyond the 2 % floor
+    # pooled s = sqrt((10^2 + 10^2) / 1) = 14.14; SE = s * sqrt(1/2 + 1/1) = 17.32; 2 SE / 100
+    c = schedule.compare([90.0, 110.0], [92.0])
+    assert c["delta"] == pytest.approx(-0.08) and c["noise"] == pytest.approx(0.3464, abs=1e-4) and not c["worse"]
+    # s = sqrt((0 + 4 + 4 + 0.25 + 0.25) / 3) = 1.683; SE = s * sqrt(1/3 + 1/2) = 1.537: noise 3.07 %
+    c = schedule.compare([100.0, 102.0, 98.0], [96.0, 97.0])
+    assert c["noise"] == pytest.approx(0.03073, abs=1e-4) and c["delta"] == pytest.approx(-0.035) and c["worse"]
+    assert schedule.compare([100.0, 100.0], [97.0])["worse"]  # no scatter: -3 % is beyond the 2 % floor
+    assert not schedule.compare([100.0], [99.0])["worse"]  # one run each: the floor alone
+    assert not schedule.compare([100.0, 100.0], [97.0], floor=0.05)["worse"]
 
 
 def run(tok_s: float, outputs: dict[str, str], failed: int = 0) -> dict[int, dict[str, Any]]:
