@@ -186,9 +186,11 @@ class Runner:
                 switched = self.tree.switch_to(final)
                 finished = True
         finally:
-            self._stop_server()
-            if not finished:
+            if finished:
+                self._stop_server()
+            else:  # a second Ctrl-C while the server stops or the tree is put back is ignored
                 with _no_interrupts():
+                    self._stop_server()
                     self.say("putting the tree back as it was when verify started")
                     self.tree.switch_to(start)
         return {

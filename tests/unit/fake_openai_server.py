@@ -30,6 +30,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -101,7 +102,10 @@ def main() -> None:
         metavar="NAME=VALUE:REL:REGEX",
         help="the knob takes VALUE when PKG/REL matches REGEX (a real release's gate, opened or not)",
     )
+    ap.add_argument("--slow-stop", type=float, default=0.0, help="on SIGTERM, take this long to exit")
     args = ap.parse_args()
+    if args.slow_stop:
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(args.slow_stop), os._exit(143)))
     pkg = args.package
     delay = float(knob(pkg, "delay", 0.01))  # type: ignore[arg-type]
     mode = str(knob(pkg, "mode", "ok"))
@@ -176,7 +180,7 @@ def main() -> None:
     http.server.ThreadingHTTPServer.daemon_threads = True
     http.server.ThreadingHTTPServer.request_queue_size = 256  # a burst of connects must not wait on SYN retries
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    up_at = time.monotonic() + 0.3  # /health answers 200 from then on
+    up_at = time.monotonic() + 0.2  # /health answers 200 from then on
     print(READY, flush=True)
     if args.serve_for and mode == "ok":
         threading.Timer(args.serve_for, httpd.shutdown).start()

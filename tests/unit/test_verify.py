@@ -47,7 +47,7 @@ class Box:
         args = ["verify", str(self.site), "--recipes", str(self.recipes), "--probe", "none", "--arch", "sm_120"]
         for r in recipes:
             args += ["--recipe", r]
-        args += ["--concurrency", "4", "--output-len", "24", "--requests", "8", "--warmup", "2", "--grace", "2"]
+        args += ["--concurrency", "4", "--output-len", "20", "--requests", "8", "--warmup", "0", "--grace", "2"]
         args += ["--ready-timeout", "20", "--url", self.url, "--out", str(self.out), *extra, "--json", "--"]
         return args + self.command()
 
@@ -105,7 +105,7 @@ def verify(sm: Any, box: Box, *recipes: str, extra: tuple[str, ...] = ()) -> tup
 
 
 def test_faster_recipe_is_kept(sm: Any, box: Box) -> None:
-    code, data, err = verify(sm, box, "fake-fast")
+    code, data, err = verify(sm, box, "fake-fast", extra=("--warmup", "2"))
     assert code == 0, err
     (d,) = data["decisions"]
     assert d["keep"] and d["recipes"] == ["fake-fast"] and d["reasons"] == []
@@ -176,7 +176,7 @@ def test_server_that_never_becomes_ready(sm: Any, box: Box) -> None:
 
 
 def test_a_server_that_hangs_after_it_was_ready(sm: Any, box: Box) -> None:
-    code, data, err = verify(sm, box, "fake-stall", extra=("--request-timeout", "1"))
+    code, data, err = verify(sm, box, "fake-stall", extra=("--request-timeout", "0.5"))
     assert code == 1, err
     (d,) = data["decisions"]
     assert not d["keep"] and d["reasons"][0] == "8 requests failed at c=4 (baseline: 0)"
@@ -206,11 +206,12 @@ def test_busy_port_is_refused_before_anything_changes(sm: Any, box: Box) -> None
     assert box.changed() == {}
 
 
-def test_ctrl_c_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: Box) -> None:
+def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: Box) -> None:
     code, _, err = sm("apply", box.site, "--recipe", "fake-fast", "--probe", "none", "--arch", "sm_120")
     assert code == 0, err
     started = snapshot(box.site)
     args = box.verify_args("fake-fast", "fake-slow", extra=("--one-at-a-time", "--output-len", "60"))
+    args += ["--slow-stop", "0.6"]  # the server takes a while to stop: the second Ctrl-C lands then
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "sm120patch", *args], env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -225,6 +226,9 @@ def test_ctrl_c_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: Box) -
         else:
             pytest.fail("the slow candidate never served")
         proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        if proc.poll() is None:  # an impatient second Ctrl-C, while the server stops and the tree goes back
+            proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
