@@ -216,10 +216,9 @@ class Runner:
             self.say(f"{label}: server {launch.outcome}: {launch.cause}; log {launch.log}")
             return None, launch
         self.say(f"{label}: ready after {launch.seconds:.1f}s")
-        try:
-            return self._measure(label), launch
-        finally:
-            self._stop_server()
+        run = self._measure(label)  # on an exception, run()'s `finally` stops it, interrupts held off
+        self._stop_server()
+        return run, launch
 
     def _launch(self, log_name: str) -> Launch:
         from sm120patch import guard
@@ -229,13 +228,14 @@ class Runner:
         opts.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = opts.out_dir / log_name
         fh = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in _stop_server
+        self._log_fh = fh
         applied = self.tree.applied()
         roots = {t.root for t in self.tree.targets}
         diagnoser = Diagnoser(self.recipes, applied, self.signatures, next(iter(roots)) if len(roots) == 1 else None)
         gopts = guard.GuardOptions(command=list(opts.command), grace=opts.grace)
         started = time.monotonic()
         server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
-        self.server, self._log_fh = server, fh
+        self.server = server
         deadline = started + opts.ready_timeout if opts.ready_timeout > 0 else None
         fatal: str | None = None
         poll = 0.05
@@ -268,7 +268,9 @@ class Runner:
         return Launch(False, time.monotonic() - started, log_path, outcome, cause, diag.to_dict())
 
     def _stop_server(self) -> None:
-        server, self.server = self.server, None
+        """Stop the server's whole group; it stays `self.server` until it is gone, so a stop that
+        an interrupt cut short is done again by run()'s `finally`."""
+        server = self.server
         if server is not None:
             import signal as sig
 
@@ -277,6 +279,7 @@ class Runner:
             if server.proc.poll() is None or guard.group_members(server.pgid):
                 server.stop(sig.SIGTERM)
             server.cleanup()
+            self.server = None
         fh = getattr(self, "_log_fh", None)
         if fh is not None:
             fh.close()

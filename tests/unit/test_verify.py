@@ -213,7 +213,8 @@ def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: 
     args = box.verify_args("fake-fast", "fake-slow", extra=("--one-at-a-time", "--output-len", "60"))
     args += ["--slow-stop", "0.6"]  # the server takes a while to stop: the second Ctrl-C lands then
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "sm120patch", *args], env=env, stdout=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "sm120patch", *args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait for the slow candidate's server to take requests
@@ -229,16 +230,16 @@ def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: 
         time.sleep(0.2)
         if proc.poll() is None:  # an impatient second Ctrl-C, while the server stops and the tree goes back
             proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err
     assert snapshot(box.site) == started
     code, out, _ = sm("status", box.site, "--probe", "none", "--json")
     assert [a["id"] for a in json.loads(out)["targets"][0]["applied"]] == ["fake-fast"]
-    assert all(gone(p) for p in box.pids())
+    assert [p for p in box.pids() if not gone(p)] == [], err
 
 
 def test_canary_catches_a_collapse_and_guard_rolls_back(sm: Any, box: Box) -> None:
