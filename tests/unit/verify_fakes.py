@@ -16,7 +16,7 @@ KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "st
 # recipe id -> (knob, new value, extra recipe lines)
 RECIPES = {
     "fake-fast": ("delay", "0.003", ""),
-    "fake-slow": ("delay", "0.03", ""),
+    "fake-slow": ("delay", "0.04", ""),
     "fake-corrupt": ("mode", '"collapse"', 'changes_outputs = "tactics"\n'),
     "fake-late": ("mode", '"late"', 'changes_outputs = "kernels"\n'),
     "fake-crash": ("crash", "True", 'crash_signatures = ["FakeKernelError: the fake tactic has no image"]\n'),
