@@ -34,7 +34,8 @@ def test_not_cuda_elf() -> None:
 def test_fatbin_entries_in_so() -> None:
     so = host_so(fatbin([(2, 90, 0x100000), (2, 120, 0x1200000), (1, 121, 0x108000)]))
     entries = so_fatbin_entries(so)
-    assert [(e.kind, e.sm, e.suffix) for e in entries] == [("sass", 90, "a"), ("sass", 120, "f"), ("ptx", 121, "a")]
+    assert [(e.kind, e.sm, e.suffix) for e in entries] == [
+        ("sass", 90, "a"), ("sass", 120, "f"), ("ptx", 121, "a")]
     assert [e.name for e in entries] == ["sm_90a", "sm_120f", "sm_121a"]
 
 

@@ -652,7 +652,7 @@ def test_killed_during_the_probe_leaves_the_old_tree(site: Path, tmp_path: Path)
     fi = make_tree(tmp_path / "fi", gate="[9, 10, 12]", host="fixed")
     started = tmp_path / "probe-started"
     slow = tmp_path / "slow-python"
-    slow.write_text(f'#!/bin/sh\ntouch {started}\nsleep 60\nexec {sys.executable} "$@"\n')
+    slow.write_text(f"#!/bin/sh\ntouch {started}\nsleep 60\nexec {sys.executable} \"$@\"\n")
     slow.chmod(0o755)
     cmd = [sys.executable, "-m", "sm120patch", "apply", str(site), "--arch", "sm_120", "--probe", "spec"]
     cmd += ["--flashinfer", str(fi), "--python", str(slow)]

@@ -37,14 +37,11 @@ def test_unknown_key(tmp_path) -> None:
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize(
-    "extra, key",
-    [
-        ('must_be_absent_on = ["sm_x"]\n', "must_be_absent_on[0]"),
-        ('run = "matmul"\n', "run"),
-        ('jit_modules = "x"\n', "jit_modules"),
-    ],
-)
+@pytest.mark.parametrize("extra, key", [
+    ('must_be_absent_on = ["sm_x"]\n', "must_be_absent_on[0]"),
+    ('run = "matmul"\n', "run"),
+    ('jit_modules = "x"\n', "jit_modules"),
+])
 def test_bad_values(tmp_path, extra: str, key: str) -> None:
     with pytest.raises(RecipeError, match=key.replace("[", r"\[")):
         load_kernels(_write(tmp_path, BASE + extra))

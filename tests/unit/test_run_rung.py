@@ -70,19 +70,8 @@ def _prep(devices: list[tuple[int, int]], name: str = "NVIDIA H200") -> Run:
 
 
 def _case(name: str, ok: bool = True, err: float = 0.01) -> dict:
-    return {
-        "name": name,
-        "ok": ok,
-        "numel": 64,
-        "n_bad": 0 if ok else 64,
-        "n_nonfinite": 0,
-        "max_abs_err": err,
-        "atol": 0.05,
-        "rtol": 0.02,
-        "shape": [16, 4096],
-        "dtype": "bfloat16",
-        "mode": "oneshot",
-    }
+    return {"name": name, "ok": ok, "numel": 64, "n_bad": 0 if ok else 64, "n_nonfinite": 0, "max_abs_err": err,
+            "atol": 0.05, "rtol": 0.02, "shape": [16, 4096], "dtype": "bfloat16", "mode": "oneshot"}
 
 
 def _ranks(*children: Child, timed_out: bool = False) -> Run:
@@ -91,18 +80,8 @@ def _ranks(*children: Child, timed_out: bool = False) -> Run:
 
 def test_verdict_names_what_ran_and_the_error() -> None:
     cases = [_case("oneshot-16 norm_out", err=0.04), _case("twoshot-1024 norm_out", err=0.07)]
-    run = _ranks(
-        *(
-            Child(
-                f"rank {r}",
-                "teardown",
-                result={"api": "trtllm_allreduce_fusion", "cases": cases},
-                returncode=0,
-                ended_s=4.0,
-            )
-            for r in range(2)
-        )
-    )
+    run = _ranks(*(Child(f"rank {r}", "teardown", result={"api": "trtllm_allreduce_fusion", "cases": cases},
+                         returncode=0, ended_s=4.0) for r in range(2)))
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run)
     assert step.result == "pass", step.reason
     assert "2x NVIDIA H200 (sm_90)" in step.reason and "max abs error 0.07" in step.reason
@@ -116,10 +95,8 @@ def test_verdict_names_what_ran_and_the_error() -> None:
 def test_a_mismatch_is_a_fail_that_says_where() -> None:
     good = [_case("a"), _case("b")]
     bad = [_case("a"), {**_case("b", ok=False, err=9.0), "n_nonfinite": 3}]
-    run = _ranks(
-        Child("rank 0", result={"cases": good}, returncode=0, ended_s=1.0),
-        Child("rank 1", result={"cases": bad}, returncode=0, ended_s=1.0),
-    )
+    run = _ranks(Child("rank 0", result={"cases": good}, returncode=0, ended_s=1.0),
+                 Child("rank 1", result={"cases": bad}, returncode=0, ended_s=1.0))
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run)
     assert step.result == "fail"
     assert "wrong numbers in 1 of 4 checks" in step.reason
@@ -127,12 +104,10 @@ def test_a_mismatch_is_a_fail_that_says_where() -> None:
 
 
 def test_the_first_rank_to_fail_is_blamed_not_the_peer_we_killed() -> None:
-    died = Child(
-        "rank 1", "kernel", {"case": "oneshot-16"}, returncode=-9, stderr_tail="illegal instruction", ended_s=2.0
-    )
-    waiting = Child(
-        "rank 0", "compare", {"case": "oneshot-16"}, returncode=-9, killed="rank 1 failed 20 s earlier", ended_s=22.0
-    )
+    died = Child("rank 1", "kernel", {"case": "oneshot-16"}, returncode=-9, stderr_tail="illegal instruction",
+                 ended_s=2.0)
+    waiting = Child("rank 0", "compare", {"case": "oneshot-16"}, returncode=-9, killed="rank 1 failed 20 s earlier",
+                    ended_s=22.0)
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), _ranks(waiting, died))
     assert step.result == "fail"
     assert "rank 1 died on SIGKILL (kernel phase, case oneshot-16): illegal instruction" in step.reason
@@ -153,10 +128,8 @@ def test_errors_before_the_kernel_are_unknown() -> None:
 
 
 def test_ranks_that_compared_nothing_prove_nothing() -> None:
-    run = _ranks(
-        Child("rank 0", result={"cases": [_case("a")]}, returncode=0, ended_s=1.0),
-        Child("rank 1", result={"cases": []}, returncode=0, ended_s=1.0),
-    )
+    run = _ranks(Child("rank 0", result={"cases": [_case("a")]}, returncode=0, ended_s=1.0),
+                 Child("rank 1", result={"cases": []}, returncode=0, ended_s=1.0))
     assert judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run).result == "unknown"
 
 
@@ -227,10 +200,8 @@ def test_ranks_finish_and_see_no_multicast(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     run = _plain("stdout-noise", tmp_path)
     assert not run.timed_out and [c.how for c in run.children] == ["finished", "finished"]
-    assert all(
-        c.result and c.result["env"] == {"NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-        for c in run.children
-    )
+    assert all(c.result and c.result["env"] == {"NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+               for c in run.children)
 
 
 def test_a_rank_that_exits_without_a_word(tmp_path: Path) -> None:
