@@ -191,6 +191,17 @@ def test_a_candidate_apply_refuses_is_rolled_back_unlaunched(sm: Any, box: Box) 
     assert len(box.launches()) == 1 and data["final"] == [] and box.changed() == {}
 
 
+def test_a_baseline_that_will_not_serve_decides_nothing(sm: Any, box: Box) -> None:
+    code, _, err = sm("apply", box.site, "--recipe", "fake-crash", "--probe", "none", "--arch", "sm_120")
+    assert code == 0, err
+    started = snapshot(box.site)
+    code, out, err = sm(*box.verify_args("fake-fast"))
+    assert code == 1 and out == ""
+    assert "the baseline server" in err and "fake-crash" in err and "the tree is as it was, nothing decided" in err
+    assert snapshot(box.site) == started and len(box.launches()) == 1
+    assert all(gone(p) for p in box.pids())
+
+
 def test_busy_port_is_refused_before_anything_changes(sm: Any, box: Box) -> None:
     proc = subprocess.Popen(box.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
