@@ -70,11 +70,13 @@ demo: venv
 docs: venv
 	$(PY) tools/matrix.py > docs/compatibility.md
 
-## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md)
+## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md), and verify's client
+## against a bare httpx loop (benchmarks/verify_overhead.py)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
 	$(PY) benchmarks/census_bench.py
 	$(PY) benchmarks/triage_bench.py
+	$(PY) benchmarks/verify_overhead.py
 
 ## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
 bench-census: venv

@@ -1,7 +1,7 @@
 """The `sm120patch` command: a thin click group over plain functions.
 
 One module per group of commands (commands_tree, commands_info, commands_triage,
-commands_bundle), imported only when one of its commands runs; what they share lives in
+commands_bundle, commands_verify), imported only when one of its commands runs; what they share lives in
 cli_common. Exit codes (stable, documented in README):
   0  done, including "nothing to do"
   1  a recipe failed, was blocked by its probe, or was reverted
@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("sm120patch.commands_bundle:export_cmd", "Write what apply would do as a bundle of git patches."),
     "diagnose": ("sm120patch.commands_triage:diagnose_cmd", "Name the cause of a server crash from its log."),
     "guard": ("sm120patch.commands_triage:guard_cmd", "Run a server; roll back the recipe that crashes it."),
+    "verify": (
+        "sm120patch.commands_verify:verify_cmd",
+        "A/B on your server: keep what is faster and answers the same.",
+    ),
 }
 
 

@@ -256,6 +256,10 @@ def status_cmd(
     archs = _status_archs(targets, arch)
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
     results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
+    from sm120patch.verify import record  # verify's verdicts, kept beside the journal (no httpx)
+
+    for t, r in zip(targets, results, strict=True):
+        r["verify"] = record.read(t.root)
     bad = any(r["interrupted"] or r["stale"] or any(f["state"] != "as-applied" for f in r["files"]) for r in results)
     if as_json:
         emit_json({"targets": results})
@@ -281,6 +285,8 @@ def status_cmd(
         for f in r["files"]:
             mark = "" if f["state"] == "as-applied" else f"  <- {f['state']}"
             click.echo(f"    {f['path']}{mark}")
+        for line in record.status_lines(r["verify"], [a["id"] for a in r["applied"]]):
+            click.echo(f"  {line}")
     sys.exit(EXIT_FAILED if bad else EXIT_OK)
 
 

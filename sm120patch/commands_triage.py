@@ -147,6 +147,16 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
 @click.option("--timeout", type=float, default=None, help="Seconds to become ready (0: no limit). Default 1800.")
 @click.option("--grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL. Default 10.")
 @click.option("--log", "log_path", type=click.Path(path_type=Path), help="Also append guard's log to this file.")
+@click.option(
+    "--canary",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    metavar="SECONDS",
+    help="Once ready, send a known-answer greedy prompt this often; on a collapse or a changed answer, stop the "
+    "server, roll back the recipes marked changes_outputs (tactics first) and relaunch (docs/verify.md).",
+)
+@click.option("--canary-url", default=None, help="Server base URL for --canary [default: from --ready-url].")
+@click.option("--canary-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, hidden=True)
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def guard_cmd(
@@ -157,6 +167,9 @@ def guard_cmd(
     timeout: float | None,
     grace: float | None,
     log_path: Path | None,
+    canary: float | None,
+    canary_url: str | None,
+    canary_tokens: int,
     recipe_dir: Path | None,
     command: tuple[str, ...],
 ) -> None:
@@ -179,6 +192,7 @@ def guard_cmd(
             timeout=guard.DEFAULT_TIMEOUT if timeout is None else timeout,
             restart=restart,
             grace=guard.DEFAULT_GRACE if grace is None else grace,
+            canary=_canary(canary, canary_url, ready_url, canary_tokens),
         )
         log = guard.GuardLog(path=log_path)
     except UserError as e:
@@ -206,6 +220,24 @@ def guard_cmd(
     finally:
         log.close()
     sys.exit(code)
+
+
+def _canary(interval: float | None, url: str | None, ready_url: str | None, tokens: int) -> Any:
+    """The canary for --canary (imports httpx only then); its URL: --canary-url, else --ready-url's origin."""
+    if interval is None:
+        if url:
+            raise UserError("--canary-url needs --canary SECONDS")
+        return None
+    if url is None and ready_url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(ready_url)
+        url = f"{parts.scheme}://{parts.netloc}"
+    if not url or not url.startswith(("http://", "https://")):
+        raise UserError("--canary needs the server's URL: --canary-url http://127.0.0.1:30000 (or --ready-url)")
+    from sm120patch.verify.canary import Canary
+
+    return Canary(url, interval, tokens)
 
 
 def _take_back_stale(target: Path, rollback: RollbackFn, log: Any) -> None:

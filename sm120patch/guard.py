@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sm120patch.errors import EXIT_FAILED, UserError
 from sm120patch.recipes import Recipe
@@ -57,6 +57,7 @@ class GuardOptions:
     timeout: float = DEFAULT_TIMEOUT  # seconds to become ready; 0 = no limit
     restart: bool = False
     grace: float = DEFAULT_GRACE
+    canary: Any = None  # verify.canary.Canary: start(events) once ready, stop() when the launch ends
 
 
 class GuardLog:
@@ -94,7 +95,7 @@ class Attempt:
 
     returncode: int | None = None  # the server's, 128+N when killed by signal N
     ready: bool = False
-    stopped_by_guard: str | None = None  # "fatal" | "timeout" | None
+    stopped_by_guard: str | None = None  # "fatal" | "timeout" | "canary" | None
     signalled: int | None = None  # signal guard received and forwarded
     diagnosis: Diagnosis | None = None
     late_fatal: list[str] = field(default_factory=list)
@@ -222,6 +223,9 @@ class _Server:
         self.pump.join(timeout=EOF_AFTER_EXIT)
 
 
+Server = _Server  # verify launches its servers the same way (sm120patch/verify/runner.py)
+
+
 def _url_ready(url: str) -> bool:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
     try:
@@ -276,6 +280,14 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
         if kind == "ready" and not att.ready:
             att.ready = True
             log(f"server is ready (output line {payload}) after {now - start:.1f}s")
+            _start_canary(opts, server, log)
+        elif kind.startswith("canary-"):
+            if kind == "canary-bad":
+                log(f"canary: {payload}; stopping the server")
+                att.stopped_by_guard = "canary"
+                server.stop()
+                break
+            log(f"canary: {'answer as expected' if kind == 'canary-ok' else 'request failed'}: {payload}")
         elif kind == "fatal":
             f = payload
             where = f"line {f.line_no}: {f.signature}"  # type: ignore[attr-defined]
@@ -307,16 +319,53 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
             if _url_ready(opts.ready_url):
                 att.ready = True
                 log(f"server is ready ({opts.ready_url} answered) after {now - start:.1f}s")
+                _start_canary(opts, server, log)
             next_url = time.monotonic() + URL_INTERVAL
         if not att.ready and deadline is not None and now > deadline and exited_at is None:
             log(f"server not ready after {opts.timeout:g}s; stopping it")
             att.stopped_by_guard = "timeout"
             server.stop()
             break
+    if opts.canary is not None:
+        opts.canary.stop()
     server.cleanup()
     att.returncode = exit_status(server.proc.returncode) if server.proc.returncode is not None else None
     att.diagnosis = server.diagnosis()
     return att
+
+
+def _start_canary(opts: GuardOptions, server: _Server, log: GuardLog) -> None:
+    if opts.canary is not None:
+        log(f"canary: a known-answer greedy prompt every {opts.canary.interval:g}s")
+        opts.canary.start(server.events)
+
+
+def _roll_back_outputs(
+    opts: GuardOptions, recipes: Sequence[Recipe], applied: AppliedFn, rollback: RollbackFn, log: GuardLog
+) -> list[str]:
+    """After a canary failure: the applied recipes that can change outputs, one kind at a time
+    (autotune and tactic choices before other kernels), rolled back."""
+    if opts.target is None:
+        log("without --target, guard cannot roll back the recipes that changed the answers")
+        return []
+    now = _applied_or_none(applied, opts.target, log)
+    if not now:
+        return []
+    from sm120patch.recipes import CHANGES_OUTPUTS
+
+    for kind in CHANGES_OUTPUTS:
+        ids = [r.id for r in recipes if r.changes_outputs == kind and r.id in now]
+        if not ids:
+            continue
+        log(f"rolling back the recipes marked changes_outputs = {kind!r}: {', '.join(ids)}")
+        try:
+            done = list(rollback(opts.target, ids))  # type: ignore[arg-type]
+        except Exception as e:
+            log(f"rollback failed: {e}")
+            return []
+        log(f"rolled back: {', '.join(done) if done else 'nothing'}")
+        return done
+    return []
 
 
 def _applied_or_none(applied: AppliedFn, target: Path | None, log: GuardLog) -> set[str] | None:
@@ -410,6 +459,13 @@ def run_guard(
             log(f"server exited with status {att.returncode}{by}")
             if att.signalled is not None:
                 return att.returncode if att.returncode is not None else 128 + att.signalled
+            if att.stopped_by_guard == "canary":
+                done = _roll_back_outputs(opts, recipes, applied, rollback, log)
+                if done:
+                    log(f"relaunching the server without {', '.join(done)} (the canary saw bad output)")
+                    continue
+                log("no applied recipe is marked as able to change outputs; not relaunching")
+                return EXIT_FAILED
             if att.ready:
                 if att.late_fatal or att.returncode:
                     log("the server crashed after it was ready; guard changes nothing then")

@@ -33,11 +33,16 @@ _RECIPE_KEYS: dict[str, type | tuple[type, ...]] = {
     "needs": list,
     "crash_signatures": list,
     "advice": str,
+    "changes_outputs": str,
     "min_tool_version": str,
     "tested": list,
     "edit": list,
 }
 _REQUIRED = ("id", "package", "title", "why", "versions", "arch", "edit")
+# what a recipe may change in a server's greedy outputs, in the order `guard --canary` takes them back:
+# "tactics" (an autotune or tactic choice, the flashinfer#4841 kind) before "kernels" (another kernel
+# computes the same op: bf16 results may differ in late digits)
+CHANGES_OUTPUTS = ("tactics", "kernels")
 _EDIT_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "transform": str,
@@ -77,6 +82,7 @@ class Recipe:
     crash_signatures: tuple[str, ...] = ()
     advice: str = ""
     tested: tuple[str, ...] = ()  # releases the tests cover, oldest first
+    changes_outputs: str = ""  # "" | "tactics" | "kernels" (CHANGES_OUTPUTS)
 
     @property
     def newest_tested(self) -> Version | None:
@@ -196,6 +202,11 @@ def load_recipe(path: Path) -> Recipe:
         except UserError:
             raise fail(path, f"arch[{i}]", f"{a!r} is not an architecture", "write e.g. sm_120") from None
     tested = _tested(path, data.get("tested", []), versions)
+    changes = data.get("changes_outputs", "")
+    if changes and changes not in CHANGES_OUTPUTS:
+        raise fail(
+            path, "changes_outputs", f"{changes!r} is not one of {', '.join(CHANGES_OUTPUTS)}", "write e.g. 'tactics'"
+        )
     if not data["edit"]:
         raise fail(path, "edit", "is empty", "add at least one [[edit]]")
     edits = tuple(_load_edit(path, i, e) for i, e in enumerate(data["edit"]))
@@ -213,6 +224,7 @@ def load_recipe(path: Path) -> Recipe:
         crash_signatures=str_list(path, "crash_signatures", data.get("crash_signatures", [])),
         advice=data.get("advice", "").strip(),
         tested=tested,
+        changes_outputs=changes,
     )
 
 

@@ -29,3 +29,4 @@ def test_wheel_builds_without_warnings_and_carries_every_data_file(tmp_path: Pat
     assert data
     missing = [p for p in data if f"sm120patch/patches/{p.relative_to(REPO / 'patches').as_posix()}" not in names]
     assert not missing, f"not in the wheel: {missing}; list their folders in pyproject's packages/package-data"
+    assert "sm120patch/verify/prompts.toml" in names, "verify's prompt set is package data: see pyproject"

@@ -1,0 +1,119 @@
+"""Keep a candidate only when it is not slower beyond the measured noise and its answers agree.
+
+The rule, per candidate (a recipe, or all candidates together):
+
+1. it launched and became ready every time (a crash or a hang is a rollback, with the diagnosis);
+2. no more failed requests than the baseline had;
+3. at every concurrency, its mean output tok/s over its runs is not below the baseline's by more
+   than the noise (schedule.noise: twice the standard error of the difference, at least the floor);
+4. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
+   an agreement rate of at least AGREE_MIN, or the baseline's own agreement with itself across its
+   launches where that is lower (then the server is not deterministic even without the recipe).
+
+Answers are compared between the first run of each arm at each concurrency: the same prompts
+at the same concurrency, so batching is alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sm120patch.verify import answers, schedule
+from sm120patch.verify.workload import Prompt
+
+# one run of one arm: {concurrency: {"summary": metrics.summarize(...), "outputs": {prompt id: text}}}
+Run = Mapping[int, Mapping[str, Any]]
+
+
+@dataclass
+class Decision:
+    name: str
+    recipes: list[str]
+    keep: bool
+    reasons: list[str]  # why not kept (empty when kept)
+    summary: str  # one line, what `status` shows
+    throughput: dict[int, dict[str, Any]] = field(default_factory=dict)
+    answers: dict[str, Any] = field(default_factory=dict)
+    launch: dict[str, Any] | None = None  # the failed launch, when there was one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "recipes": self.recipes,
+            "keep": self.keep,
+            "reasons": self.reasons,
+            "summary": self.summary,
+            "throughput": {str(c): v for c, v in self.throughput.items()},
+            "answers": self.answers,
+            "launch": self.launch,
+        }
+
+
+def _answers(prompts: Sequence[Prompt], base: Sequence[Run], cand: Sequence[Run]) -> dict[str, Any]:
+    agg: dict[str, Any] = {"compared": 0, "agree": 0, "exact": 0, "known": 0, "correct_base": 0, "correct_cand": 0}
+    agg.update(collapses=[], divergences=[])
+    self_cmp = {"compared": 0, "agree": 0}
+    for c in sorted(cand[0]):
+        one = answers.compare_sets(prompts, base[0][c]["outputs"], cand[0][c]["outputs"])
+        for k in ("compared", "agree", "exact", "known", "correct_base", "correct_cand"):
+            agg[k] += one[k]
+        agg["collapses"] += [{**x, "concurrency": c} for x in one["collapses"]]
+        agg["divergences"] += [{**x, "concurrency": c} for x in one["divergences"]]
+        if len(base) > 1 and c in base[1]:
+            again = answers.compare_sets(prompts, base[0][c]["outputs"], base[1][c]["outputs"])
+            self_cmp["compared"] += again["compared"]
+            self_cmp["agree"] += again["agree"]
+    agg["baseline_self"] = self_cmp if self_cmp["compared"] else None
+    rate = self_cmp["agree"] / self_cmp["compared"] if self_cmp["compared"] else 1.0
+    agg["required_rate"] = min(answers.AGREE_MIN, rate)
+    return agg
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.0f}%"
+
+
+def decide(
+    name: str,
+    recipes: Sequence[str],
+    prompts: Sequence[Prompt],
+    base: Sequence[Run],
+    cand: Sequence[Run],
+    launch_failure: dict[str, Any] | None = None,
+    noise_floor: float = schedule.NOISE_FLOOR,
+) -> Decision:
+    """Apply the rule above to one candidate's runs and the baseline's."""
+    if launch_failure is not None:
+        outcome, cause = launch_failure.get("outcome", "failed"), launch_failure.get("cause", "see the log")
+        why = f"not applied: {cause}" if outcome == "not applied" else f"server {outcome} with it: {cause}"
+        return Decision(name, list(recipes), False, [why], why, launch=launch_failure)
+    if not cand or not base:
+        return Decision(name, list(recipes), False, ["no runs to compare"], "no runs to compare")
+    reasons: list[str] = []
+    thr: dict[int, dict[str, Any]] = {}
+    for c in sorted(cand[0]):
+        b = [r[c]["summary"]["output_throughput"] for r in base if c in r]
+        k = [r[c]["summary"]["output_throughput"] for r in cand if c in r]
+        thr[c] = schedule.compare(b, k, floor=noise_floor)
+        failed_b = max((r[c]["summary"]["failed"] for r in base if c in r), default=0)
+        failed_c = max(r[c]["summary"]["failed"] for r in cand if c in r)
+        if failed_c > failed_b:
+            reasons.append(f"{failed_c} requests failed at c={c} (baseline: {failed_b})")
+        if thr[c]["worse"]:
+            reasons.append(f"slower: {_pct(thr[c]['delta'])} output tok/s at c={c} (noise +-{thr[c]['noise']:.0%})")
+    ans = _answers(prompts, base, cand)
+    if ans["collapses"]:
+        first = ans["collapses"][0]
+        reasons.append(f"{len(ans['collapses'])} collapsed output(s), e.g. {first['prompt']}: {first['why']}")
+    if ans["correct_cand"] < ans["correct_base"]:
+        reasons.append(f"known answers {ans['correct_cand']}/{ans['known']} (baseline {ans['correct_base']})")
+    if ans["compared"] and ans["agree"] / ans["compared"] < ans["required_rate"]:
+        reasons.append(f"answers agree {ans['agree']}/{ans['compared']}, below {ans['required_rate']:.0%}")
+    speed = ", ".join(f"{_pct(v['delta'])} output tok/s at c={c}" for c, v in thr.items() if v["delta"] is not None)
+    noise = max((v["noise"] for v in thr.values() if v["noise"] is not None), default=0.0)
+    figures = f"{speed} (noise +-{noise:.0%}), {len(cand)} repeat(s); answers agree {ans['agree']}/{ans['compared']}"
+    keep = not reasons
+    summary = figures if keep else "; ".join(reasons)
+    return Decision(name, list(recipes), keep, reasons, summary, thr, ans)

@@ -1,0 +1,369 @@
+"""Run the comparison: switch the tree, launch the server, drive the workload, decide, switch back.
+
+The tree always ends in a known state. After the decision: the recipes under test that were kept,
+nothing else of theirs. On Ctrl-C (SIGINT), SIGTERM, a crash of verify itself or a baseline that
+will not start: the tree as it was when verify started. The server runs in its own process group
+(guard's launcher), stopped with SIGTERM, then SIGKILL after the grace period, on every path; a
+second Ctrl-C while the tree is being put back is ignored, so that restore finishes.
+
+A launch that crashes or is not ready within the readiness timeout is stopped; its log (kept in
+the output folder) goes through `diagnose`, and a candidate it happened with is rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sm120patch.recipes import Recipe
+from sm120patch.verify import decide as decide_mod
+from sm120patch.verify import metrics, schedule, workload
+from sm120patch.verify.tree import Tree
+
+PREFIX = "[sm120patch verify]"
+READY_POLL = 0.5  # the longest wait between readiness checks (they start at 50 ms and double)
+
+
+class BaselineFailed(Exception):
+    """The tree without the candidates does not serve: there is nothing to compare against."""
+
+
+@dataclass
+class Options:
+    command: list[str]
+    candidates: list[str]  # recipe ids under test
+    base_url: str = "http://127.0.0.1:30000"
+    concurrencies: list[int] = field(default_factory=lambda: [8, 32])
+    output_len: int = 256
+    requests: int | None = None  # per concurrency; default max(concurrency, number of prompts)
+    repeats: int = 1
+    one_at_a_time: bool = False
+    ready_timeout: float = 1800.0
+    warmup: int | None = None  # requests before measuring; default one per prompt
+    grace: float = 10.0
+    request_timeout: float = workload.REQUEST_TIMEOUT
+    noise_floor: float = schedule.NOISE_FLOOR
+    model: str | None = None
+    out_dir: Path = Path("sm120patch-verify")
+
+
+@dataclass
+class Launch:
+    """One server start: whether it served, and if not, what the log says."""
+
+    ok: bool
+    seconds: float
+    log: Path
+    outcome: str = "ready"  # ready | crashed | not ready | fatal
+    cause: str = ""
+    diagnosis: dict[str, Any] | None = None
+    server: Any = None
+
+
+class Say:
+    """verify's own account, on stderr, prefixed; also what a _Server logs."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+
+    def __call__(self, message: str) -> None:
+        for line in message.splitlines() or [""]:
+            print(f"{PREFIX} {line}", file=self.stream, flush=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends verify the way Ctrl-C does: through the `finally` that restores the tree."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """While the tree is put back: a second Ctrl-C must not leave it half restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Runner:
+    def __init__(
+        self,
+        opts: Options,
+        tree: Tree,
+        recipes: Sequence[Recipe],
+        say: Callable[[str], None] | None = None,
+        prompts: list[workload.Prompt] | None = None,
+        signatures: Sequence[Any] | None = None,
+    ) -> None:
+        self.opts, self.tree, self.recipes = opts, tree, list(recipes)
+        self.signatures = signatures
+        self.say = say or Say()
+        self.prompts = prompts or workload.load_prompts()
+        self.launches = 0
+        self.server: Any = None
+        self.model = opts.model or ""
+        self._log_fh: IO[str] | None = None
+
+    # --- the whole run ------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Everything, or an exception after the tree was put back as it started."""
+        opts = self.opts
+        start = self.tree.applied()
+        base_state = start - set(opts.candidates)
+        arms = {c: [c] for c in opts.candidates} if opts.one_at_a_time else {"all": list(opts.candidates)}
+        if not opts.one_at_a_time and len(opts.candidates) == 1:
+            arms = {opts.candidates[0]: list(opts.candidates)}
+        runs: dict[str, list[decide_mod.Run]] = {a: [] for a in [schedule.BASELINE, *arms]}
+        failures: dict[str, dict[str, Any]] = {}
+        launches: list[dict[str, Any]] = []
+        self._refuse_busy_port()
+        finished = False
+        try:
+            with _sigterm_as_interrupt():
+                steps = schedule.interleave(list(arms), opts.repeats)
+                for i, step in enumerate(steps):
+                    if step.arm in failures:
+                        continue
+                    if step.arm == schedule.BASELINE and i > 0 and steps[i - 1].arm in failures:
+                        continue  # it would bracket nothing
+                    wanted = base_state if step.arm == schedule.BASELINE else base_state | set(arms[step.arm])
+                    switched = self.tree.switch_to(wanted)
+                    if switched.refused:
+                        why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
+                        self.say(f"{step.arm}: not applied ({why})")
+                        failures[step.arm] = {"outcome": "not applied", "cause": why}
+                        continue
+                    run, launch = self._one_launch(step, len(steps))
+                    launches.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
+                    if run is None:
+                        if step.arm == schedule.BASELINE:
+                            raise BaselineFailed(
+                                f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})"
+                            )
+                        failures[step.arm] = {**_launch_dict(launch)}
+                        continue
+                    runs[step.arm].append(run)
+                decisions = [
+                    decide_mod.decide(
+                        name,
+                        ids,
+                        self.prompts,
+                        runs[schedule.BASELINE],
+                        runs[name],
+                        failures.get(name),
+                        opts.noise_floor,
+                    )
+                    for name, ids in arms.items()
+                ]
+                kept = {r for d in decisions if d.keep for r in d.recipes}
+                final = base_state | kept
+                self.say(f"keeping: {', '.join(sorted(kept)) or 'none'}; rolling back the rest")
+                switched = self.tree.switch_to(final)
+                finished = True
+        finally:
+            if finished:
+                self._stop_server()
+            else:  # a second Ctrl-C while the server stops or the tree is put back is ignored
+                with _no_interrupts():
+                    self._stop_server()
+                    self.say("putting the tree back as it was when verify started")
+                    self.tree.switch_to(start)
+        return {
+            "started_with": sorted(start),
+            "candidates": list(opts.candidates),
+            "arms": arms,
+            "schedule": [{"arm": s.arm, "round": s.round} for s in schedule.interleave(list(arms), opts.repeats)],
+            "launches": launches,
+            "runs": {a: [_strip(r) for r in rs] for a, rs in runs.items()},
+            "decisions": [d.to_dict() for d in decisions],
+            "final": sorted(self.tree.applied()),
+            "options": _options_dict(opts),
+        }
+
+    # --- one launch ---------------------------------------------------------------------------
+
+    def _one_launch(self, step: schedule.Step, total: int) -> tuple[decide_mod.Run | None, Launch]:
+        self.launches += 1
+        n = self.launches
+        label = f"launch {n}/{total} ({step.arm}, round {step.round + 1})"
+        launch = self._launch(f"launch-{n}-{_safe(step.arm)}.log")
+        if not launch.ok:
+            self.say(f"{label}: server {launch.outcome}: {launch.cause}; log {launch.log}")
+            return None, launch
+        self.say(f"{label}: ready after {launch.seconds:.1f}s")
+        run = self._measure(label)  # on an exception, run()'s `finally` stops it, interrupts held off
+        self._stop_server()
+        return run, launch
+
+    def _launch(self, log_name: str) -> Launch:
+        from sm120patch import guard
+        from sm120patch.triage.diagnose import Diagnoser
+
+        opts = self.opts
+        opts.out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = opts.out_dir / log_name
+        fh = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in _stop_server
+        self._log_fh = fh
+        applied = self.tree.applied()
+        roots = {t.root for t in self.tree.targets}
+        diagnoser = Diagnoser(self.recipes, applied, self.signatures, next(iter(roots)) if len(roots) == 1 else None)
+        gopts = guard.GuardOptions(command=list(opts.command), grace=opts.grace)
+        started = time.monotonic()
+        server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
+        self.server = server
+        deadline = started + opts.ready_timeout if opts.ready_timeout > 0 else None
+        fatal: str | None = None
+        poll = 0.05
+        while True:
+            with contextlib.suppress(Exception):
+                while True:
+                    kind, payload = server.events.get_nowait()
+                    if kind == "fatal" and fatal is None:
+                        fatal = f"line {payload.line_no}: {payload.signature}"
+            if fatal is not None:
+                outcome = "fatal"
+                break
+            if server.proc.poll() is not None:
+                outcome = "crashed"
+                break
+            model = workload.ready(opts.base_url, timeout=2.0)
+            if model is not None:
+                self.model = opts.model or model
+                return Launch(True, time.monotonic() - started, log_path, server=server)
+            if deadline is not None and time.monotonic() > deadline:
+                outcome = "not ready"
+                break
+            time.sleep(poll)
+            poll = min(poll * 2, READY_POLL)
+        self._stop_server()
+        diag = server.diagnosis()
+        cause = _cause(diag, outcome, opts.ready_timeout, server.proc.returncode, opts.base_url)
+        if fatal and fatal not in cause:
+            cause = f"{cause} ({fatal})"
+        return Launch(False, time.monotonic() - started, log_path, outcome, cause, diag.to_dict())
+
+    def _stop_server(self) -> None:
+        """Stop the server's whole group; it stays `self.server` until it is gone, so a stop that
+        an interrupt cut short is done again by run()'s `finally`."""
+        server = self.server
+        if server is not None:
+            import signal as sig
+
+            from sm120patch import guard
+
+            if server.proc.poll() is None or guard.group_members(server.pgid):
+                server.stop(sig.SIGTERM)
+            server.cleanup()
+            self.server = None
+        fh = getattr(self, "_log_fh", None)
+        if fh is not None:
+            fh.close()
+            self._log_fh = None
+
+    def _refuse_busy_port(self) -> None:
+        from sm120patch.errors import UserError
+
+        if workload.model_name(self.opts.base_url, timeout=2.0) is not None:
+            raise UserError(
+                f"{self.opts.base_url}: a server already answers there; stop it first (verify starts its own) "
+                "or pass --url with the address the command serves on"
+            )
+
+    # --- measuring ----------------------------------------------------------------------------
+
+    def _measure(self, label: str) -> decide_mod.Run:
+        opts = self.opts
+        model = self.model
+        warm = len(self.prompts) if opts.warmup is None else opts.warmup
+        if warm:
+            c = min(8, max(opts.concurrencies))
+            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout)
+        out: dict[int, dict[str, Any]] = {}
+        for c in opts.concurrencies:
+            n = opts.requests or max(c, len(self.prompts))
+            load = workload.run_load(opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout)
+            summary = metrics.summarize(load)
+            texts: dict[str, str] = {}
+            for r in load.results:
+                if r.success and r.prompt_id not in texts:
+                    texts[r.prompt_id] = r.text
+            out[c] = {"summary": summary, "outputs": texts}
+            self.say(
+                f"{label}: c={c}: {summary['output_throughput']:.1f} output tok/s, "
+                f"TTFT median {summary['ttft_ms']['median']:.1f} ms, TPOT median {summary['tpot_ms']['median']:.2f} ms"
+                + (f", {summary['failed']} failed" if summary["failed"] else "")
+            )
+        return out
+
+
+def _cause(diag: Any, outcome: str, timeout: float, rc: int | None, url: str) -> str:
+    if diag.causes:
+        f = diag.causes[0]
+        recipes = f" (recipes: {', '.join(f.recipe_ids)})" if f.recipe_ids else ""
+        return f"{f.signature}{recipes}: {f.meaning}"
+    if outcome == "not ready":
+        return (
+            f"nothing answered at {url.rstrip('/')}{workload.MODELS} within {timeout:g}s "
+            "(is --url where the command serves? a bigger --ready-timeout?)"
+        )
+    if diag.unnamed_errors:
+        return f"exit status {rc}; last error line: {diag.unnamed_errors[-1].line}"
+    return f"exit status {rc}; no error line in its output"
+
+
+def _launch_dict(launch: Launch) -> dict[str, Any]:
+    return {
+        "outcome": launch.outcome,
+        "seconds": round(launch.seconds, 3),
+        "log": str(launch.log),
+        "cause": launch.cause,
+        "diagnosis": launch.diagnosis,
+    }
+
+
+def _strip(run: decide_mod.Run) -> dict[str, Any]:
+    return {str(c): {"summary": v["summary"], "outputs": v["outputs"]} for c, v in run.items()}
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:80]
+
+
+def _options_dict(opts: Options) -> dict[str, Any]:
+    return {
+        "command": opts.command,
+        "url": opts.base_url,
+        "concurrencies": opts.concurrencies,
+        "output_len": opts.output_len,
+        "requests": opts.requests,
+        "repeats": opts.repeats,
+        "one_at_a_time": opts.one_at_a_time,
+        "ready_timeout": opts.ready_timeout,
+        "request_timeout": opts.request_timeout,
+        "noise_floor": opts.noise_floor,
+    }

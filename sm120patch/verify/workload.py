@@ -1,0 +1,218 @@
+"""The fixed workload: the shipped prompt set, and a load generator over the OpenAI-compatible API.
+
+Each request is what SGLang's own `python -m sglang.bench_serving --backend sglang-oai` sends
+(`async_request_openai_completions` in sglang/bench_serving.py, 0.5.9): POST /v1/completions with
+`temperature 0`, `ignore_eos`, `max_tokens`, `stream: true`; the stream is read line by line, and
+TTFT, the inter-token latencies and the latency are timed exactly where that function times them,
+so the figures compare with the ones users already quote. `stream_options.include_usage` asks
+for the last chunk SGLang 0.5.9 sends (`choices: []` and `usage`, serving_completions.py), so an
+output's length is the server's own token count. A fixed number of requests runs at a
+fixed concurrency (a semaphore), never an open loop: the load is bounded.
+
+httpx is imported here only: nothing on the plan/apply path loads this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sm120patch.errors import UserError
+
+COMPLETIONS = "/v1/completions"
+MODELS = "/v1/models"
+HEALTH = "/health"
+# seconds without a byte from the server before a request counts as failed (httpx's read timeout: a
+# stream that stalls, a server that hangs after it was ready); a slow stream that keeps coming is fine
+REQUEST_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    kind: str  # "short" | "long"
+    text: str
+    answer: str | None = None  # a known answer, checked by answers.known_answer_ok
+    canary: bool = False
+
+
+@dataclass
+class RequestResult:
+    """One request, as bench_serving's RequestFuncOutput records it (times in seconds)."""
+
+    prompt_id: str
+    success: bool = False
+    text: str = ""
+    error: str = ""
+    ttft: float = 0.0  # first chunk with text, from the request's start
+    itl: list[float] = field(default_factory=list)  # gaps between later chunks with text
+    latency: float = 0.0  # the last line of the stream, from the request's start
+    start_time: float = 0.0
+    output_len: int = 0  # usage.completion_tokens, else max_tokens (bench_serving's fallback)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_id": self.prompt_id,
+            "success": self.success,
+            "error": self.error,
+            "ttft": self.ttft,
+            "latency": self.latency,
+            "output_len": self.output_len,
+            "chunks": len(self.itl) + (1 if self.ttft else 0),
+        }
+
+
+def load_prompts(path: Path | None = None) -> list[Prompt]:
+    """The prompt set shipped with the package (or another in the same format)."""
+    from sm120patch.datafile import read_toml
+
+    where = path or Path(str(resources.files("sm120patch.verify") / "prompts.toml"))
+    try:
+        blob = where.read_bytes()
+    except OSError as e:
+        raise UserError(f"{where}: cannot read the prompt set ({e.strerror}); check the path") from None
+    data = read_toml(where, blob, "the prompt set")
+    out = []
+    for i, p in enumerate(data.get("prompt", [])):
+        if not isinstance(p, dict) or not isinstance(p.get("id"), str) or not isinstance(p.get("text"), str):
+            raise UserError(f"{where}: prompt[{i}] needs a string id and text; see sm120patch/verify/prompts.toml")
+        out.append(Prompt(p["id"], p.get("kind", "short"), p["text"], p.get("answer"), bool(p.get("canary"))))
+    if not out:
+        raise UserError(f"{where}: no [[prompt]] tables; see sm120patch/verify/prompts.toml")
+    return out
+
+
+def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """bench_serving's sglang-oai payload, greedy; usage asked for so output_len is the server's count."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "best_of": 1,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def stream_completion(client: Any, url: str, model: str, prompt: Prompt, max_tokens: int) -> RequestResult:
+    """One streamed completion, timed as bench_serving's async_request_openai_completions times it."""
+    out = RequestResult(prompt.id, output_len=max_tokens)
+    st = time.perf_counter()
+    out.start_time = most_recent = st
+    latency = 0.0
+    try:
+        async with client.stream("POST", url, json=payload(model, prompt.text, max_tokens)) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread()).decode("utf-8", "replace")
+                out.error = f"HTTP {resp.status_code}: {body[:300]}"
+                return out
+            async for raw in resp.aiter_lines():
+                line = raw.strip()
+                if not line:
+                    continue
+                chunk = line.removeprefix("data: ")
+                latency = time.perf_counter() - st
+                if chunk == "[DONE]":
+                    continue
+                data = json.loads(chunk)
+                choices = data.get("choices") or [{}]
+                text = choices[0].get("text") or ""
+                if text:
+                    now = time.perf_counter()
+                    if out.ttft == 0.0:
+                        out.ttft = now - st
+                    else:
+                        out.itl.append(now - most_recent)
+                    most_recent = now
+                    out.text += text
+                usage = data.get("usage") or {}
+                out.output_len = int(usage.get("completion_tokens", out.output_len))
+        out.success, out.latency = True, latency
+    except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
+        out.error = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
+def client(concurrency: int, timeout: float = REQUEST_TIMEOUT) -> Any:
+    """An httpx client for a loopback (or LAN) server: no proxies from the environment."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=30.0), limits=limits, trust_env=False)
+
+
+@dataclass
+class Load:
+    """What one run of the workload at one concurrency gave."""
+
+    concurrency: int
+    results: list[RequestResult]
+    duration: float  # from before the first request to after the last (bench_serving's dur_s)
+
+
+async def _run(
+    base_url: str, model: str, prompts: list[Prompt], concurrency: int, requests: int, out_len: int, timeout: float
+) -> Load:
+    url = base_url.rstrip("/") + COMPLETIONS
+    gate = asyncio.Semaphore(concurrency)
+    order = [prompts[i % len(prompts)] for i in range(requests)]
+    async with client(concurrency, timeout) as http:
+
+        async def one(p: Prompt) -> RequestResult:
+            async with gate:
+                return await stream_completion(http, url, model, p, out_len)
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(p) for p in order))
+        duration = time.perf_counter() - start
+    return Load(concurrency, list(results), duration)
+
+
+def run_load(
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    concurrency: int,
+    requests: int,
+    output_len: int,
+    timeout: float = REQUEST_TIMEOUT,
+) -> Load:
+    """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight."""
+    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout))
+
+
+def ready(base_url: str, timeout: float = 10.0) -> str | None:
+    """The model name once the server serves, else None. SGLang answers /v1/models as soon as its
+    HTTP server is up, but /health says 503 until its own warm-up is done (`health_generate` in
+    sglang/srt/entrypoints/http_server.py, 0.5.9: ServerStatus.Starting); a server without /health
+    (404) is judged by /v1/models alone."""
+    import httpx
+
+    try:
+        r = httpx.get(base_url.rstrip("/") + HEALTH, timeout=timeout, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200 and r.status_code != 404:
+        return None
+    return model_name(base_url, timeout)
+
+
+def model_name(base_url: str, timeout: float = 10.0) -> str | None:
+    """The first model the server lists at /v1/models, or None when it does not answer (yet)."""
+    import httpx
+
+    try:
+        r = httpx.get(base_url.rstrip("/") + MODELS, timeout=timeout, trust_env=False)
+        if r.status_code != 200:
+            return None
+        data = r.json().get("data") or []
+        return str(data[0]["id"]) if data else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError):
+        return None

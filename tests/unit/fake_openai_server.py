@@ -1,0 +1,191 @@
+"""A fake OpenAI-compatible server for the verify and canary tests: a real process over HTTP.
+
+    python fake_openai_server.py --port P --package PKG [--state DIR] [--serve-for S]
+
+Its behaviour comes from bytes in the tree under test, as a real server's comes from the kernels
+an opened gate routes to: PKG/srt/verify_knobs/<knob>.py each hold `VALUE = <literal>`, read once
+at start. Test recipes rewrite those files.
+
+    delay    seconds per streamed token (the speed)
+    mode     "ok" | "collapse" (after 2 tokens, "!" forever: flashinfer#4841) | "late" (the last
+             quarter of each output differs: bf16-style late divergence)
+    crash    true: print a crash signature line and exit 1 before serving
+    hang     true: never bind the port (not ready)
+    stall    true: ready, but every completion stops after its first token (hung after ready)
+
+Answers: "Compute A + B" / "Compute A times B" get the right number, "Count from 1 to N" the count,
+everything else words picked from a hash of the prompt: greedy decoding, so the same prompt gives
+the same text. Endpoints: GET /health, GET /v1/models, POST /v1/completions (SSE, like SGLang:
+`data: {json}` lines, a final usage chunk, `data: [DONE]`). Binds 127.0.0.1 only. With --state,
+appends one line per launch (`pid knobs`) to DIR/launches, and one per request to DIR/requests.
+`--knob-if delay=0.003:srt/x.py:REGEX` sets a knob from a real release's file instead (delay, mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import http.server
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY = "The server is fired up and ready to roll!"
+CRASH_LINE = "RuntimeError: FakeKernelError: the fake tactic has no image for this GPU"
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "kernel",
+    "graph",
+    "token",
+    "cache",
+    "layer",
+    "batch",
+    "tensor",
+    "memory",
+    "stream",
+    "warp",
+    "block",
+    "grid",
+    "value",
+]
+
+
+def knob(pkg: Path, name: str, default: object) -> object:
+    p = pkg / "srt" / "verify_knobs" / f"{name}.py"
+    if not p.exists():
+        return default
+    m = re.search(r"^VALUE\s*=\s*(.+)$", p.read_text(), re.M)
+    return ast.literal_eval(m.group(1)) if m else default
+
+
+def answer_tokens(prompt: str, n: int) -> list[str]:
+    head: list[str] = []
+    if m := re.search(r"Compute (\d+) \+ (\d+)", prompt):
+        head = [f" {int(m.group(1)) + int(m.group(2))}", "."]
+    elif m := re.search(r"Compute (\d+) times (\d+)", prompt):
+        head = [f" {int(m.group(1)) * int(m.group(2))}", "."]
+    elif m := re.search(r"Count from 1 to (\d+)", prompt):
+        head = [f"{i}, " for i in range(1, int(m.group(1)) + 1)]
+    seed = hashlib.sha256(prompt.encode()).digest()
+    filler = [" " + WORDS[seed[i % len(seed)] % len(WORDS)] for i in range(n)]
+    return (head + filler)[:n]
+
+
+def generate(prompt: str, n: int, mode: str) -> list[str]:
+    toks = answer_tokens(prompt, n)
+    if mode == "collapse":
+        return toks[:2] + ["!"] * (n - 2)
+    if mode == "late":
+        cut = max(1, (3 * n) // 4)
+        return toks[:cut] + [" different"] * (n - cut)
+    return toks
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--package", type=Path, required=True)
+    ap.add_argument("--state", type=Path)
+    ap.add_argument("--serve-for", type=float, default=0.0, help="exit 0 this long after ready, if mode is ok")
+    ap.add_argument(
+        "--knob-if",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE:REL:REGEX",
+        help="the knob takes VALUE when PKG/REL matches REGEX (a real release's gate, opened or not)",
+    )
+    ap.add_argument("--slow-stop", type=float, default=0.0, help="on SIGTERM, take this long to exit")
+    args = ap.parse_args()
+    if args.slow_stop:
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(args.slow_stop), os._exit(143)))
+    pkg = args.package
+    delay = float(knob(pkg, "delay", 0.01))  # type: ignore[arg-type]
+    mode = str(knob(pkg, "mode", "ok"))
+    for rule in args.knob_if:
+        setting, rel, regex = rule.split(":", 2)
+        name, value = setting.split("=", 1)
+        if re.search(regex, (pkg / rel).read_text(), re.M):
+            delay, mode = (float(value), mode) if name == "delay" else (delay, value)
+    lock = threading.Lock()
+    if args.state:
+        args.state.mkdir(parents=True, exist_ok=True)
+        with open(args.state / "launches", "a") as fh:
+            fh.write(f"{os.getpid()} delay={delay} mode={mode}\n")
+    print(f"fake server: delay={delay} mode={mode}", flush=True)
+    if knob(pkg, "crash", False):
+        print("Traceback (most recent call last):", flush=True)
+        print(CRASH_LINE, flush=True)
+        sys.exit(1)
+    if knob(pkg, "hang", False):
+        print("loading weights ...", flush=True)
+        time.sleep(300)
+        sys.exit(1)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, fmt: str, *a: object) -> None:
+            pass
+
+        def _json(self, code: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":  # 503 while "starting", as SGLang says until its warm-up is done
+                self._json(503 if time.monotonic() < up_at else 200, {})
+            elif self.path == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            if self.path != "/v1/completions":
+                self._json(404, {"error": "not found"})
+                return
+            req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            n = int(req.get("max_tokens", 16))
+            stall = bool(knob(pkg, "stall", False))
+            toks = generate(str(req.get("prompt", "")), n, mode)
+            if args.state:
+                early = " early" if time.monotonic() < up_at else ""  # sent before /health said so
+                with lock, open(args.state / "requests", "a") as fh:
+                    fh.write(f"{os.getpid()} {n}{early}\n")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for i, tok in enumerate(toks):
+                    time.sleep(delay if not (stall and i == 1) else 60)
+                    chunk = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                usage = {"choices": [], "usage": {"completion_tokens": len(toks)}}
+                self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    http.server.ThreadingHTTPServer.daemon_threads = True
+    http.server.ThreadingHTTPServer.request_queue_size = 256  # a burst of connects must not wait on SYN retries
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    up_at = time.monotonic() + 0.2  # /health answers 200 from then on
+    print(READY, flush=True)
+    if args.serve_for and mode == "ok":
+        threading.Timer(args.serve_for, httpd.shutdown).start()
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""verify and guard --canary against a fake OpenAI server: a real process over HTTP on 127.0.0.1,
+whose speed and answers come from bytes the test recipes write into a fake tree.
+
+The fake's speeds differ 3x and 4x (10 ms a token against 3 or 40 ms), so decisions hold on a loaded
+box; the tests assert decisions, tree bytes and which processes are left, never timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sm120patch.cli import main
+from tests.unit.sglang_fakes import GIT_ENV, snapshot
+from tests.unit.verify_fakes import free_port, knob_rel, make_recipes, make_tree, server_command
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="process checks read /proc (Linux)")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Box:
+    """A fake tree, the test catalogue, a free port and the fake server's command."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.site = tmp / "site"
+        self.pkg = make_tree(self.site)
+        self.recipes = make_recipes(tmp / "recipes")
+        self.state = tmp / "state"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.out = tmp / "report"
+        self.start = snapshot(self.site)
+
+    def command(self, *extra: str) -> list[str]:
+        return server_command(self.pkg, self.port, self.state, *extra)
+
+    def verify_args(self, *recipes: str, extra: tuple[str, ...] = ()) -> list[str]:
+        args = ["verify", str(self.site), "--recipes", str(self.recipes), "--probe", "none", "--arch", "sm_120"]
+        for r in recipes:
+            args += ["--recipe", r]
+        args += ["--concurrency", "4", "--output-len", "20", "--requests", "8", "--warmup", "0", "--grace", "2"]
+        args += ["--ready-timeout", "20", "--url", self.url, "--out", str(self.out), *extra, "--json", "--"]
+        return args + self.command()
+
+    def launches(self) -> list[str]:
+        p = self.state / "launches"
+        return p.read_text().splitlines() if p.exists() else []
+
+    def pids(self) -> list[int]:
+        return [int(line.split()[0]) for line in self.launches()]
+
+    def knob(self, name: str) -> bytes:
+        return (self.pkg / knob_rel(name)).read_bytes()
+
+    def changed(self) -> dict[str, bytes]:
+        """Files whose bytes differ from the tree as the test made it."""
+        now = snapshot(self.site)
+        return {k: v for k, v in now.items() if self.start.get(k) != v} | {k: b"" for k in self.start if k not in now}
+
+
+def gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in "ZX"
+
+
+@pytest.fixture
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
+    b = Box(tmp_path)
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("SM120PATCH_RECIPES", str(b.recipes))
+    monkeypatch.delenv("SM120PATCH_DEBUG", raising=False)
+    return b
+
+
+@pytest.fixture
+def sm(capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ei:
+            main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        code = ei.value.code
+        return (code if isinstance(code, int) else 0), out, err
+
+    return run
+
+
+def verify(sm: Any, box: Box, *recipes: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
+    code, out, err = sm(*box.verify_args(*recipes, extra=extra))
+    assert all(gone(p) for p in box.pids()), "a server process outlived verify"
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_faster_recipe_is_kept(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-fast", extra=("--warmup", "2"))
+    assert code == 0, err
+    (d,) = data["decisions"]
+    assert d["keep"] and d["recipes"] == ["fake-fast"] and d["reasons"] == []
+    assert d["answers"]["agree"] == d["answers"]["compared"] > 0 and not d["answers"]["collapses"]
+    assert data["final"] == ["fake-fast"]
+    assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+    # A B A: baseline, candidate, baseline, each its own launch of the server
+    assert [line.split()[1] for line in box.launches()] == ["delay=0.01", "delay=0.003", "delay=0.01"]
+    requests = (box.state / "requests").read_text().splitlines()
+    assert requests and not [r for r in requests if r.endswith("early")]  # none before /health said ready
+    assert {Path(p).name for p in data["report"].values()} >= {"report.json", "report.md"}
+    assert "fake-fast" in (box.out / "report.md").read_text()
+    code, out, _ = sm("status", box.site, "--probe", "none")
+    assert "verified fake-fast: kept:" in out and "output tok/s at c=4" in out
+    code, out, _ = sm("status", box.site, "--probe", "none", "--json")
+    assert json.loads(out)["targets"][0]["verify"]["fake-fast"]["kept"] is True
+
+
+def test_slower_recipe_is_rolled_back(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-slow")
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and any(r.startswith("slower:") for r in d["reasons"])
+    assert d["answers"]["agree"] == d["answers"]["compared"]  # slower, not wrong
+    assert data["final"] == [] and box.changed() == {}
+    code, out, _ = sm("status", box.site, "--probe", "none")
+    assert "verified fake-slow: rolled back: slower:" in out
+
+
+def test_recipe_that_corrupts_answers_is_rolled_back(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-corrupt")
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["answers"]["collapses"]
+    assert any("collapsed output" in r for r in d["reasons"]) and any("known answers" in r for r in d["reasons"])
+    assert data["final"] == [] and box.changed() == {}
+
+
+def test_late_divergence_is_within_tolerance(sm: Any, box: Box) -> None:
+    # the fake's speed does not change here; a loaded box may still move it a few %: the floor keeps
+    # this test about answers
+    code, data, err = verify(sm, box, "fake-late", extra=("--noise-floor", "0.5"))
+    (d,) = data["decisions"]
+    assert code == 0 and d["keep"], d["reasons"]
+    assert d["answers"]["exact"] == 0 and d["answers"]["agree"] == d["answers"]["compared"]
+    assert box.changed() == {f"sglang/{knob_rel('mode')}": b'VALUE = "late"\n'}
+
+
+def test_one_at_a_time_keeps_the_fast_and_drops_the_crashing(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-fast", "fake-crash", extra=("--one-at-a-time",))
+    assert code == 1, err
+    by = {d["name"]: d for d in data["decisions"]}
+    assert by["fake-fast"]["keep"] and not by["fake-crash"]["keep"]
+    launch = by["fake-crash"]["launch"]
+    assert launch["outcome"] in ("fatal", "crashed") and "fake-crash" in launch["cause"]
+    assert any(f["recipe_ids"] == ["fake-crash"] for f in launch["diagnosis"]["findings"])  # diagnose named it
+    assert "FakeKernelError" in Path(launch["log"]).read_text()
+    assert data["final"] == ["fake-fast"]
+    assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+
+
+def test_server_that_never_becomes_ready(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-hang", extra=("--ready-timeout", "2"))
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["launch"]["outcome"] == "not ready"
+    assert data["final"] == [] and box.changed() == {}
+
+
+def test_a_server_that_hangs_after_it_was_ready(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-stall", extra=("--request-timeout", "0.5"))
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["reasons"][0] == "8 requests failed at c=4 (baseline: 0)"
+    assert data["final"] == [] and box.changed() == {}
+
+
+def test_a_candidate_apply_refuses_is_rolled_back_unlaunched(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-misfit")
+    assert code == 1, err
+    (d,) = data["decisions"]
+    assert not d["keep"] and d["summary"].startswith("not applied: fake-misfit:")
+    assert len(box.launches()) == 1 and data["final"] == [] and box.changed() == {}
+
+
+def test_a_baseline_that_will_not_serve_decides_nothing(sm: Any, box: Box) -> None:
+    code, _, err = sm("apply", box.site, "--recipe", "fake-crash", "--probe", "none", "--arch", "sm_120")
+    assert code == 0, err
+    started = snapshot(box.site)
+    code, out, err = sm(*box.verify_args("fake-fast"))
+    assert code == 1 and out == ""
+    assert "the baseline server" in err and "fake-crash" in err and "the tree is as it was, nothing decided" in err
+    assert snapshot(box.site) == started and len(box.launches()) == 1
+    assert all(gone(p) for p in box.pids())
+
+
+def test_busy_port_is_refused_before_anything_changes(sm: Any, box: Box) -> None:
+    proc = subprocess.Popen(box.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        for _ in range(200):  # bounded: the fake prints its ready line within a second or two
+            if b"ready to roll" in proc.stdout.readline():
+                break
+        code, out, err = sm(*box.verify_args("fake-fast"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert code == 2 and "already answers" in err and "\n" not in err.strip()
+    assert box.changed() == {}
+
+
+def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: Box) -> None:
+    code, _, err = sm("apply", box.site, "--recipe", "fake-fast", "--probe", "none", "--arch", "sm_120")
+    assert code == 0, err
+    started = snapshot(box.site)
+    args = box.verify_args("fake-fast", "fake-slow", extra=("--one-at-a-time", "--output-len", "60"))
+    args += ["--slow-stop", "0.6"]  # the server takes a while to stop: the second Ctrl-C lands then
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "sm120patch", *args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for the slow candidate's server to take requests
+            slow = [int(x.split()[0]) for x in box.launches() if "delay=0.04" in x]
+            reqs = (box.state / "requests").read_text().split() if (box.state / "requests").exists() else []
+            if slow and str(slow[0]) in reqs[::2]:
+                break
+            assert proc.poll() is None, "verify ended before the candidate ran"
+            time.sleep(0.05)
+        else:
+            pytest.fail("the slow candidate never served")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        if proc.poll() is None:  # an impatient second Ctrl-C, while the server stops and the tree goes back
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert snapshot(box.site) == started
+    code, out, _ = sm("status", box.site, "--probe", "none", "--json")
+    assert [a["id"] for a in json.loads(out)["targets"][0]["applied"]] == ["fake-fast"]
+    assert [p for p in box.pids() if not gone(p)] == [], err
+
+
+def test_canary_catches_a_collapse_and_guard_rolls_back(sm: Any, box: Box) -> None:
+    for rid in ("fake-corrupt", "fake-fast"):
+        code, _, err = sm("apply", box.site, "--recipe", rid, "--probe", "none", "--arch", "sm_120")
+        assert code == 0, err
+    args = ["guard", "--target", box.site, "--recipes", box.recipes, "--timeout", "20", "--grace", "2"]
+    args += ["--canary", "0.2", "--canary-url", box.url, "--canary-tokens", "40", "--"]
+    code, out, err = sm(*args, *box.command("--serve-for", "1.5"))
+    assert code == 0, err
+    assert "canary: collapse:" in err and "changes_outputs = 'tactics': fake-corrupt" in err
+    assert "relaunching the server without fake-corrupt" in err
+    modes = [line.split()[2] for line in box.launches()]
+    assert modes == ["mode=collapse", "mode=ok"]
+    # the recipe not marked as changing outputs stays
+    assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+    assert all(gone(p) for p in box.pids())
+
+
+def test_a_crash_of_verify_itself_puts_the_tree_back(sm: Any, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sm120patch.verify import metrics
+
+    real, calls = metrics.summarize, []
+
+    def summarize(load: Any) -> dict[str, Any]:
+        calls.append(load)
+        if len(calls) == 2:  # the candidate's load: verify breaks with the candidate applied
+            raise RuntimeError("a bug in verify")
+        return real(load)
+
+    monkeypatch.setattr(metrics, "summarize", summarize)
+    code, out, err = sm(*box.verify_args("fake-fast"))
+    assert code == 3 and "internal error: RuntimeError: a bug in verify" in err
+    assert len(box.launches()) == 2 and box.changed() == {}
+    assert all(gone(p) for p in box.pids())
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ((), "no server command; give it after --"),
+        (("--recipe", "nope", "--", "true"), "--recipe nope: no such recipe"),
+        (("--url", "ftp://x", "--", "true"), "is not an http(s) URL"),
+        (("--", "true"), "nothing to verify; apply recipes first"),
+        (("--concurrency", "0", "--", "true"), "0 is not in the range"),
+    ],
+)
+def test_bad_usage_is_one_line_and_changes_nothing(sm: Any, box: Box, args: tuple[str, ...], fragment: str) -> None:
+    code, out, err = sm("verify", box.site, "--probe", "none", "--arch", "sm_120", *args)
+    assert code == 2 and fragment in err and "Traceback" not in err
+    assert box.changed() == {} and box.launches() == []
+
+
+def test_help_does_not_load_the_http_client() -> None:
+    code = "import sys\nfrom sm120patch.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+    code += "print(sorted(m for m in sys.modules if m == 'httpx' or m.startswith('sm120patch.verify.')))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

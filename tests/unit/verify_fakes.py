@@ -1,0 +1,71 @@
+"""A fake tree and test recipes for verify and guard --canary: each recipe rewrites one knob file
+the fake OpenAI server (fake_openai_server.py) reads at start, so speed and answers depend on
+bytes the journal wrote."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from tests.unit.sglang_fakes import make_sglang
+
+FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
+KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False"}
+# recipe id -> (knob, new value, extra recipe lines)
+RECIPES = {
+    "fake-fast": ("delay", "0.003", ""),
+    "fake-slow": ("delay", "0.04", ""),
+    "fake-corrupt": ("mode", '"collapse"', 'changes_outputs = "tactics"\n'),
+    "fake-late": ("mode", '"late"', 'changes_outputs = "kernels"\n'),
+    "fake-crash": ("crash", "True", 'crash_signatures = ["FakeKernelError: the fake tactic has no image"]\n'),
+    "fake-hang": ("hang", "True", ""),
+    "fake-stall": ("stall", "True", ""),
+    "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
+}
+MISFIT_BEFORE = {"fake-misfit": "0.5"}
+
+
+def knob_rel(name: str) -> str:
+    return f"srt/verify_knobs/{name}.py"
+
+
+def make_tree(parent: Path) -> Path:
+    """A fake SGLang 0.5.9 package with the knob files at their defaults; returns the package dir."""
+    pkg = make_sglang(parent)
+    for name, value in KNOBS.items():
+        p = pkg / knob_rel(name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"VALUE = {value}\n")
+    return pkg
+
+
+def make_recipes(root: Path) -> Path:
+    """A recipe folder holding only the test recipes (and the shipped signature/kernel catalogues)."""
+    from sm120patch.recipes import default_recipe_dir
+
+    (root / "sglang").mkdir(parents=True)
+    for name in ("signatures.toml", "kernels.toml"):
+        shutil.copy(default_recipe_dir() / name, root / name)
+    for rid, (name, value, extra) in RECIPES.items():
+        rel = knob_rel(name)
+        (root / "sglang" / f"{rid}.diff").write_text(
+            f"--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-VALUE = {MISFIT_BEFORE.get(rid, KNOBS[name])}\n+VALUE = {value}\n"
+        )
+        (root / "sglang" / f"{rid}.toml").write_text(
+            f'id = "{rid}"\npackage = "sglang"\ntitle = \'test: {name} = {value}\'\nwhy = "test data"\n'
+            f'versions = ">=0"\narch = ["sm_120"]\n{extra}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n'
+        )
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(pkg: Path, port: int, state: Path, *extra: str) -> list[str]:
+    args = ["--port", str(port), "--package", str(pkg), "--state", str(state), *extra]
+    return [sys.executable, "-u", str(FAKE_SERVER), *args]
