@@ -12,6 +12,8 @@ import click
 from sm120patch import cli_common as common
 from sm120patch.cli_common import (
     arch_option,
+    check_ids,
+    choice_options,
     emit_json,
     json_option,
     probe_options,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
 )
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
+@choice_options
 @json_option
 def plan_cmd(
     paths: tuple[Path, ...],
@@ -52,6 +55,8 @@ def plan_cmd(
     recipe_dir: Path | None,
     allow_untested: bool,
     no_diff: bool,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
@@ -68,12 +73,19 @@ def plan_cmd(
     from sm120patch.transaction import plan_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(paths, installed, package)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
-    plans = plan_many(targets, recipes, common.make_run(targets, archs, level, flashinfer, python, allow_untested))
+    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    plans = plan_many(targets, recipes, run, exclude=exclude)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
+    killed = common.interrupted(targets)
+    if killed and not as_json:
+        click.echo(killed, err=True)
+    code = report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked,
+                  extra={"interrupted": killed} if killed else None)  # fmt: skip
+    sys.exit(EXIT_FAILED if killed else code)
 
 
 @click.command("apply")
@@ -103,6 +115,7 @@ def plan_cmd(
     "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
     "its releases or bytes are not the bundle's."
 )
+@choice_options
 @json_option
 def apply_cmd(
     paths: tuple[Path, ...],
@@ -120,6 +133,8 @@ def apply_cmd(
     allow_untested: bool,
     no_diff: bool,
     bundle_dir: Path | None,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
@@ -140,9 +155,10 @@ def apply_cmd(
     from sm120patch.transaction import apply_many
 
     if bundle_dir is not None:
-        if only or recipe_dir or allow_untested or package:
+        if only or recipe_dir or allow_untested or package or exclude:
             raise UserError(
-                "--bundle applies the bundle's own recipes: leave out --recipe, --recipes, --package, --allow-untested"
+                "--bundle applies the bundle's own recipes: leave out --recipe, --exclude, --recipes, --package, "
+                "--allow-untested"
             )
         if installed and paths:
             raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
@@ -153,16 +169,17 @@ def apply_cmd(
         sys.exit(code)
 
     recipes = common.load_recipes(recipe_dir)
-    unknown = [i for i in only if i not in {r.id for r in recipes}]
-    if unknown:
-        raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
-    targets = targets_for(paths, installed, package)
+    check_ids(recipes, "--recipe", only)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
-    plans = apply_many(targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None)
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
+    plans = apply_many(
+        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=exclude
+    )
+    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked))
 
 
 @click.command("rollback")
@@ -208,7 +225,9 @@ def rollback_cmd(
         t = r["target"]
         if r.get("because"):
             click.echo(f"{t['package']} at {t['root']}: rolled back too, {r['because']}")
-        if not r["rolled_back"] and not r["recovered"]:
+        for x in r.get("retired", []):
+            click.echo(f"{t['package']} at {t['root']}: {x['state']:<15} {x['id']}: {x['why']}")
+        if not r["rolled_back"] and not r["recovered"] and not r.get("retired"):
             click.echo(f"{t['package']} at {t['root']}: nothing to roll back")
             continue
         if r["recovered"]:
@@ -249,12 +268,15 @@ def status_cmd(
     """
     from sm120patch import engine
 
-    targets = targets_for(paths, installed, package)
+    targets = targets_for(paths, installed, package, python)
     recipes = common.load_recipes(recipe_dir)
     archs = _status_archs(targets, arch)
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
     results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
-    bad = any(r["interrupted"] or r["stale"] or any(f["state"] != "as-applied" for f in r["files"]) for r in results)
+    bad = any(
+        r["interrupted"] or r["stale"] or r["retire"] or any(f["state"] != "as-applied" for f in r["files"])
+        for r in results
+    )
     if as_json:
         emit_json({"targets": results})
         sys.exit(EXIT_FAILED if bad else EXIT_OK)
@@ -271,7 +293,11 @@ def status_cmd(
         for a in r["applied"]:
             check = a.get("recheck") or {}
             word = "STALE   " if check.get("holds") is False else "applied "
+            if a.get("state", "applied") != "applied":
+                word = a["state"]
             click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
+            if a.get("why"):
+                click.echo(f"           {a['why']}: `sm120patch apply {t['root']}` plans this release afresh")
             if check.get("reason"):
                 click.echo(f"           {check['reason']}")
             if a.get("rollback"):

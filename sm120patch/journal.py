@@ -43,7 +43,7 @@ DIRNAME = ".sm120patch"
 TMP_SUFFIX = ".sm120patch-tmp"
 
 # Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
-# process; SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
+# process (int:N: SIGINT, a Ctrl-C); SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
 _FAULT = os.environ.get("SM120PATCH_FAULT", "")
 _FAULT_TRACE = os.environ.get("SM120PATCH_FAULT_TRACE", "")
 _fault_steps = 0
@@ -59,6 +59,8 @@ def _fault(step: str) -> None:
             f.write(f"{_fault_steps}\t{time.monotonic():.6f}\t{step}\n")
     if f"kill:{_fault_steps}" == _FAULT:
         os.kill(os.getpid(), signal.SIGKILL)
+    if f"int:{_fault_steps}" == _FAULT:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 class WriteError(JournalError, OSError):
@@ -150,6 +152,14 @@ def _problem(data: dict[str, Any]) -> str | None:
         writes = pending.get("writes") if isinstance(pending, dict) else None
         if not isinstance(writes, dict):
             return "pending lacks its writes"
+        if not isinstance(pending.get("applied_before", []), list) or not isinstance(
+            pending.get("files_before", {}), dict
+        ):
+            return "pending has a damaged snapshot"
+        if "applied_before" in pending:
+            inner = _problem({"files": pending.get("files_before", {}), "applied": pending["applied_before"]})
+            if inner:
+                return f"pending snapshot: {inner}"
         for rel, w in writes.items():
             if not _safe_rel(rel):
                 return f"pending: {rel!r} is not a path inside the tree"
@@ -174,6 +184,8 @@ class Journal:
         self.root = root
         self.dir = directory
         self.data = data
+        self._txn = False  # inside begin()..commit(): one transaction for the whole command
+        self.recovered: list[str] = []  # files the last lock's recovery put back
 
     # --- loading and saving -----------------------------------------------------
 
@@ -339,12 +351,65 @@ class Journal:
 
     # --- transactions ------------------------------------------------------------------
 
-    def write(self, new: dict[str, bytes]) -> None:
-        """Replace files (rel -> bytes) as one recoverable transaction; caller saves `applied` after."""
+    def begin(self) -> None:
+        """Open one transaction for a whole command: every `write` until `commit` joins it, and
+        `recover` (a later run's, or this one's on an error or Ctrl-C) puts back every file it
+        wrote and the journal's entries as they were, so a command leaves all or nothing."""
         if self.data.get("pending"):
             raise JournalError(f"{self.dir}: an interrupted run is pending; run `sm120patch rollback {self.root}`")
-        pending: dict[str, dict[str, str]] = {}
+        self.data["pending"] = {
+            "started": time.time(),
+            "writes": {},
+            "applied_before": json.loads(json.dumps(self.data["applied"])),
+            "files_before": json.loads(json.dumps(self.data["files"])),
+        }
+        self._txn = True
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._txn
+
+    def commit(self) -> None:
+        """Close the command's transaction: what it wrote stays. Saved only when something was."""
+        if not self.in_transaction:
+            return
+        self._txn = False
+        self.data["pending"] = None
+        self._drop_unchanged()
+        if self.exists or self.applied or self.data["files"]:
+            self.save()
+
+    def abandon(self) -> list[str]:
+        """Undo the command's transaction (an error or Ctrl-C): every file it wrote back as it was."""
+        if not self.in_transaction:
+            return []
+        self._txn = False
+        pending = self.data.get("pending") or {}
+        if not pending.get("writes") and not self.exists:
+            self.data["pending"] = None
+            self.data["applied"], self.data["files"] = (
+                pending.get("applied_before", self.applied),
+                pending.get("files_before", self.data["files"]),
+            )
+            return []
+        return self.recover()
+
+    def _drop_unchanged(self) -> None:
+        for rel in list(self.data["files"]):  # files back to their original need no entry
+            f = self.data["files"][rel]
+            if f["current"] == f["original"]:
+                del self.data["files"][rel]
+
+    def write(self, new: dict[str, bytes]) -> None:
+        """Replace files (rel -> bytes) as one recoverable transaction; caller saves `applied` after.
+        Inside `begin`..`commit` the writes join the command's transaction (undone together)."""
+        own = not self.in_transaction
+        if own:
+            self.begin()
+        pending = self.data["pending"]
+        writes: dict[str, dict[str, str]] = pending["writes"]
         saved_files = json.loads(json.dumps(self.data["files"]))
+        saved_writes = json.loads(json.dumps(writes))
         try:
             for rel, data in sorted(new.items()):
                 path = self._path(rel)
@@ -359,13 +424,16 @@ class Journal:
                 if entry is None:
                     entry = {"original": b_sha, "current": b_sha, "mode": path.stat().st_mode & 0o7777}
                     self.data["files"][rel] = entry
-                pending[rel] = {"before": b_sha, "after": sha256(data)}
-            self.data["pending"] = {"started": time.time(), "writes": pending}
+                first = writes.get(rel, {}).get("before", b_sha)  # an earlier write of this command
+                writes[rel] = {"before": first, "after": sha256(data)}
             self.save()  # the undo data is on disk before the first file changes
-        except OSError as e:  # nothing in the tree changed yet
-            self.data["files"], self.data["pending"] = saved_files, None
-            with contextlib.suppress(OSError):
-                self.remove_if_empty()
+        except OSError as e:  # nothing in the tree changed by this write
+            self.data["files"] = saved_files
+            pending["writes"] = saved_writes
+            if own:
+                self._txn, self.data["pending"] = False, None
+                with contextlib.suppress(OSError):
+                    self.remove_if_empty()
             raise WriteError(
                 f"{e.filename or self.dir}: cannot read or write ({e.strerror or e}); nothing was changed. "
                 "Make it readable/writable (or run as the tree's owner) and run the command again"
@@ -374,20 +442,20 @@ class Journal:
             for rel, data in sorted(new.items()):
                 path = self.root / rel
                 atomic_write(path, data, self.data["files"][rel]["mode"])
-                self.data["files"][rel]["current"] = pending[rel]["after"]
+                self.data["files"][rel]["current"] = writes[rel]["after"]
         except OSError as e:  # put back what was written, then say which file refused
             with contextlib.suppress(OSError, UserError):
+                self._txn = False
                 self.recover()
                 self.remove_if_empty()
             raise WriteError(
                 f"{path}: cannot write ({e.strerror or e}); nothing was changed. Make it and its folder "
                 "writable (chmod u+w), free disk space, or run as the tree's owner, then run the command again"
             ) from None
-        self.data["pending"] = None
-        for rel in list(self.data["files"]):  # files back to their original need no entry
-            f = self.data["files"][rel]
-            if f["current"] == f["original"]:
-                del self.data["files"][rel]
+        if own:
+            self._txn = False
+            self.data["pending"] = None
+            self._drop_unchanged()
 
     def recover(self) -> list[str]:
         """Undo an interrupted transaction: every file back to its before-bytes. Returns rel paths restored."""
@@ -409,17 +477,19 @@ class Journal:
                 restored.append(rel)
             if rel in self.data["files"]:
                 self.data["files"][rel]["current"] = w["before"]
+        if isinstance(pending.get("applied_before"), list) and isinstance(pending.get("files_before"), dict):
+            # a command transaction: the journal's entries as they were before it
+            self.data["applied"], self.data["files"] = pending["applied_before"], pending["files_before"]
         self.data["pending"] = None
-        for rel in list(self.data["files"]):
-            f = self.data["files"][rel]
-            if f["current"] == f["original"]:
-                del self.data["files"][rel]
+        self._drop_unchanged()
         self.note("recover", files=restored)
         self.save()
         return restored
 
     def remove_if_empty(self) -> bool:
         """Delete the journal folder once nothing is applied and no user copy is kept."""
+        if self.in_transaction or not self.dir.is_dir():
+            return False
         if self.applied or self.data["files"] or self.data.get("pending") or (self.dir / "saved").exists():
             return False
         self._remove_all()

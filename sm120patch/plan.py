@@ -31,6 +31,7 @@ REVERTED = "reverted"
 STALE = "stale"  # applied, but the kernels its probe proved are gone from the FlashInfer now in front of it
 FAILED = "failed"  # an edit could not be made safely (rewritten code did not compile, ...)
 UNTESTED = "untested"  # the gate is there, but the release is newer than any the recipe was tested on
+EXCLUDED = "excluded"  # left out by --exclude: not probed, not written
 
 
 @dataclass

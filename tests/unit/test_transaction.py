@@ -155,21 +155,25 @@ def test_rolling_back_the_pair_restores_both(tmp_path: Path, recipes: list) -> N
     assert (snapshot(sg), snapshot(fi)) == pristine
 
 
-def test_a_run_that_dies_after_flashinfer_leaves_a_safe_state(tmp_path: Path, recipes: list, monkeypatch) -> None:
-    """Killed between the two trees: FlashInfer patched (harmless alone), SGLang untouched;
-    the next run finishes the job."""
+def test_ctrl_c_after_flashinfer_puts_flashinfer_back_too(tmp_path: Path, recipes: list, monkeypatch) -> None:
+    """Ctrl-C between the two trees' writes: the command is one transaction, so the FlashInfer
+    bytes already written are put back before the interrupt goes on; the next run does it all."""
     sg, fi = trees(tmp_path)
-    sg_before = snapshot(sg)
+    before = snapshot(sg), snapshot(fi)
     both = discover(sg) + discover(fi)
+    real = engine.write_proven
 
-    def killed(*a: object, **k: object) -> None:
-        raise KeyboardInterrupt
+    def killed(journal: Journal, t: object, *a: object, **k: object) -> None:
+        if getattr(t, "package", "") == "sglang":
+            raise KeyboardInterrupt
+        real(journal, t, *a, **k)  # type: ignore[arg-type]
 
     with monkeypatch.context() as m:
-        m.setattr(engine, "apply_locked", killed)
-        with pytest.raises(KeyboardInterrupt):
+        m.setattr(engine, "write_proven", killed)
+        with pytest.raises(KeyboardInterrupt, match="put back"):
             apply_many(both, recipes, run_for(both))
-    assert snapshot(sg) == sg_before and [a["id"] for a in Journal.open(fi).applied] == [FIX]
+    assert (snapshot(sg), snapshot(fi)) == before
+    assert not (fi / ".sm120patch").exists() and not (sg / ".sm120patch").exists()
     plans = {p.recipe.id: p.status for p in apply_many(both, recipes, run_for(both))}
     assert plans == {FIX: APPLIED, AR: APPLIED}
 

@@ -1,0 +1,275 @@
+"""The life a pip user leads (issue 19): SGLang and FlashInfer in one site-packages made by
+`python -m venv` + `pip install --no-deps`, patched, then changed by pip under the journal.
+
+Every check is on bytes, against the wheels themselves (the oracle is PyPI's wheel, never the
+code under test): no file of another release is ever written into a package; the SGLang
+allreduce gate is never left open over a stock FlashInfer 0.6.3; exit 2 leaves the tree
+byte-identical; nothing exits 3. One venv per release pair is built once (offline after the
+first download) under the shared cache and copied per test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import unavailable
+from tools import releases
+
+pytestmark = pytest.mark.releases
+
+CLI = [sys.executable, "-m", "sm120patch"]
+AR, FIX = "sglang-allreduce-fusion-sm120", "flashinfer-trtllm-comm-sm120"
+PY = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+COMMON = ["--arch", "sm_120", "--probe", "static"]
+
+
+def sm(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode != 3 and "Traceback" not in r.stderr, r.stderr  # never an internal error
+    return r
+
+
+def wheel(package: str, version: str) -> Path:
+    try:
+        return releases.wheel(package, version)
+    except RuntimeError as e:
+        unavailable(str(e))
+
+
+def wheel_files(package: str, version: str) -> dict[str, bytes]:
+    """The release's own bytes, package files only (the oracle)."""
+    top = {"sglang": "sglang/", "flashinfer": "flashinfer/"}[package]
+    with zipfile.ZipFile(wheel(package, version)) as z:
+        return {n: z.read(n) for n in z.namelist() if n.startswith(top) and not n.endswith("/")}
+
+
+def pip_venv(sglang: str, fi: str) -> Path:
+    """A venv with both wheels pip-installed (no deps, no bytecode), built once and shared."""
+    venv = releases.cache_dir() / "pypi" / "venvs" / f"lifecycle-sg{sglang}-fi{fi}-{PY}"
+    if (venv / ".ready").is_file():
+        return venv
+    wheels = [wheel("sglang", sglang), wheel("flashinfer", fi)]
+    tmp = venv.with_name(f".{venv.name}.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp)], check=True, timeout=300)
+    # pip from this interpreter installs into the venv's site-packages, as `pip install` in it would
+    r = pip(tmp, *map(str, wheels))
+    if r.returncode != 0:
+        unavailable(f"cannot build the lifecycle venv: {r.stderr.strip()[-400:]}")
+    (tmp / ".ready").write_text("")
+    try:
+        os.rename(tmp, venv)
+    except OSError:  # another run built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return venv
+
+
+def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps"]
+    cmd += ["--no-compile", "--disable-pip-version-check", "--no-index", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def site_of(venv: Path) -> Path:
+    return venv / "lib" / PY / "site-packages"
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    """A private copy of the 0.5.9 + 0.6.3 venv (SGLang 0.5.9 pins FlashInfer 0.6.3)."""
+    src = pip_venv("0.5.9", "0.6.3")
+    dest = tmp_path / "venv"
+    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    return dest
+
+
+def tree(site: Path, package: str) -> dict[str, bytes]:
+    out = {}
+    for p in (site / package).rglob("*"):
+        if p.is_file() and "__pycache__" not in p.parts:
+            out[p.relative_to(site).as_posix()] = p.read_bytes()
+    return out
+
+
+def everything(site: Path) -> dict[str, tuple[str, int]]:
+    """Every file and link under site-packages: (sha256 or link target, mode)."""
+    out = {}
+    for p in sorted(site.rglob("*")):
+        st = p.lstat()
+        if p.is_symlink():
+            out[p.relative_to(site).as_posix()] = (os.readlink(p), st.st_mode)
+        elif p.is_file():
+            out[p.relative_to(site).as_posix()] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mode)
+    return out
+
+
+def diff_from_release(site: Path, package: str, version: str) -> list[str]:
+    want, have = wheel_files(package, version), tree(site, package)
+    return sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+
+
+def gate_safe(site: Path, fi_version: str) -> None:
+    """The invariant: an opened allreduce gate stands on a FlashInfer whose comm gate is opened too."""
+    stock_comm = wheel_files("flashinfer", fi_version)["flashinfer/jit/comm.py"]
+    comm = (site / "flashinfer/jit/comm.py").read_bytes()
+    stock_sg = wheel_files("sglang", "0.5.9").get("sglang/srt/layers/communicator.py")
+    opened = (site / "sglang/srt/layers/communicator.py").read_bytes() != stock_sg
+    assert not (opened and comm == stock_comm), "allreduce gate open over a stock FlashInfer"
+
+
+def journal(site: Path) -> dict:
+    path = site / ".sm120patch" / "journal.json"
+    return json.loads(path.read_text()) if path.exists() else {"applied": []}
+
+
+def applied(site: Path) -> list[str]:
+    return [a["id"] for a in journal(site)["applied"]]
+
+
+def test_rolling_back_the_flashinfer_recipe_in_one_site_takes_its_dependent_first(venv: Path) -> None:
+    site = site_of(venv)
+    # the package folders named: still the site's one journal (bug 11)
+    assert sm("apply", site / "sglang", site / "flashinfer", *COMMON, "--ok-blocked").returncode == 0
+    assert not (site / "sglang" / ".sm120patch").exists() and not (site / "flashinfer" / ".sm120patch").exists()
+    assert {AR, FIX} <= set(applied(site))
+    r = sm("rollback", site, "--recipe", FIX, "--json")
+    assert r.returncode == 0, r.stderr
+    assert AR not in applied(site) and FIX not in applied(site)
+    assert diff_from_release(site, "flashinfer", "0.6.3") == []
+    stock = wheel_files("sglang", "0.5.9")
+    assert (site / "sglang/srt/layers/communicator.py").read_bytes() == stock["sglang/srt/layers/communicator.py"]
+    gate_safe(site, "0.6.3")
+
+
+def test_guard_rolls_the_flashinfer_recipe_back_in_one_site(venv: Path) -> None:
+    """guard's hook (`engine.rollback_recipes`) sees every package of the site, and the dependents."""
+    from sm120patch.engine import rollback_recipes
+
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    done = rollback_recipes(site, [FIX, "sglang-no-such"])
+    assert set(done) == {FIX, AR} and "not applied" in done.reasons["sglang-no-such"]
+    assert diff_from_release(site, "flashinfer", "0.6.3") == []
+    gate_safe(site, "0.6.3")
+
+
+def test_force_reinstall_of_flashinfer_retires_its_recipe_and_its_dependent(venv: Path) -> None:
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
+    st = json.loads(sm("status", site, "--json").stdout)
+    states = {a["id"]: a["state"] for t in st["targets"] for a in t["applied"]}
+    assert states[FIX] == "replaced-by-pip"
+    before = everything(site)
+    r = sm("rollback", site, "--json")  # no --force needed: pip's bytes are the originals
+    assert r.returncode == 0, r.stderr
+    assert diff_from_release(site, "flashinfer", "0.6.3") == [] and diff_from_release(site, "sglang", "0.5.9") == []
+    assert not (site / ".sm120patch").exists()
+    assert {k for k, v in everything(site).items() if before.get(k) != v} <= {
+        k for k in before if k.startswith("sglang/")
+    }
+
+
+def test_force_reinstall_of_flashinfer_then_apply_patches_both_again(venv: Path) -> None:
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    patched = tree(site, "sglang"), tree(site, "flashinfer")
+    assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
+    r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
+    assert r.returncode == 0, r.stderr
+    assert (tree(site, "sglang"), tree(site, "flashinfer")) == patched  # both patched again, as the first time
+    gate_safe(site, "0.6.3")
+
+
+def test_force_reinstall_of_sglang_then_apply_plans_afresh(venv: Path) -> None:
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    patched = tree(site, "sglang")
+    assert pip(venv, "--force-reinstall", str(wheel("sglang", "0.5.9"))).returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == []
+    r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
+    assert r.returncode == 0, r.stderr
+    assert tree(site, "sglang") == patched
+    assert sm("rollback", site).returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
+
+
+def test_downgrade_of_sglang_never_gets_the_other_releases_bytes(venv: Path) -> None:
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    assert pip(venv, str(wheel("sglang", "0.5.8"))).returncode == 0
+    st = json.loads(sm("status", site, "--json").stdout)
+    sg = next(t for t in st["targets"] if t["target"]["package"] == "sglang")
+    assert sg["applied"] and {a["state"] for a in sg["applied"]} == {"other-release"}
+    r = sm("rollback", site, "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    assert diff_from_release(site, "sglang", "0.5.8") == []  # not one 0.5.9 byte written into 0.5.8
+    assert diff_from_release(site, "flashinfer", "0.6.3") == []
+    r = sm("apply", site, *COMMON, "--ok-blocked", "--json")  # 0.5.8 planned afresh
+    assert r.returncode == 0, r.stderr
+    assert {a["version"] for a in journal(site)["applied"] if a["package"] == "sglang"} == {"0.5.8"}
+
+
+def test_upgrade_of_flashinfer_retires_the_backport_and_never_writes_it_back(venv: Path) -> None:
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    assert pip(venv, str(wheel("flashinfer", "0.6.17"))).returncode == 0
+    r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    assert diff_from_release(site, "flashinfer", "0.6.17") == []  # the 0.6.3 backport is not written into 0.6.17
+    assert FIX not in applied(site)
+    assert sm("rollback", site, "--force").returncode == 0
+    assert diff_from_release(site, "flashinfer", "0.6.17") == [] and diff_from_release(site, "sglang", "0.5.9") == []
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--arch", "sm_90"],
+        ["--arch", "sm_100"],
+        ["--arch", "sm_120", "--recipe", "sglang-fp4-gemm-b12x-sm120"],
+        ["--arch", "sm_120", "--recipe", "sglang-gdn-prefill-sm120"],
+    ],
+)
+def test_apply_that_writes_nothing_on_a_site_holding_both(venv: Path, extra: list[str]) -> None:
+    site = site_of(venv)
+    before = everything(site)
+    r = sm("apply", site, "--probe", "static", *extra)
+    assert r.returncode in (0, 1), r.stderr  # bug 3 was exit 3 (FileNotFoundError in remove_if_empty)
+    assert everything(site) == before and not (site / ".sm120patch").exists()
+
+
+def test_exit_2_after_flashinfer_was_written_leaves_the_site_byte_identical(venv: Path) -> None:
+    """`sglang/` a symlink (bug 4): SGLang's write is refused after FlashInfer's six files were
+    written; the command puts them back before it exits 2."""
+    site = site_of(venv)
+    real = venv / "sglang-elsewhere"
+    shutil.move(site / "sglang", real)
+    (site / "sglang").symlink_to(real, target_is_directory=True)
+    before = everything(site), everything(real)
+    trace = venv / "trace"
+    r = sm("apply", site, *COMMON, env={**os.environ, "SM120PATCH_FAULT_TRACE": str(trace)})
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "symlink" in r.stderr
+    assert "\treplaced comm.py" in trace.read_text()  # FlashInfer's files were written before the refusal
+    assert (everything(site), everything(real)) == before and not (site / ".sm120patch").exists()
+
+
+@pytest.mark.parametrize("step", [3, 10, 25])
+def test_ctrl_c_during_the_writes_puts_every_byte_back(venv: Path, step: int) -> None:
+    site = site_of(venv)
+    before = everything(site)
+    env = {**os.environ, "SM120PATCH_FAULT": f"int:{step}"}
+    r = sm("apply", site, *COMMON, env=env)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "put back" in r.stderr
+    assert everything(site) == before and not (site / ".sm120patch").exists()
