@@ -57,6 +57,7 @@ def level_given(default_from_bundle: str, level: str) -> str:
     help="Folder to write the bundle into (absent or empty).",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier bundle in DIR.")
+@common.choice_options
 @json_option
 def export_cmd(
     paths: tuple[Path, ...],
@@ -69,6 +70,8 @@ def export_cmd(
     recipe_dir: Path | None,
     out: Path,
     force: bool,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Write what `apply` would do to PATH as a bundle of patches anyone can apply with git,
@@ -98,14 +101,17 @@ def export_cmd(
     from sm120patch.bundle_export import export
 
     recipes = common.load_recipes(recipe_dir)
-    targets = common.targets_for(paths, installed, package)
+    common.check_ids(recipes, "--exclude", exclude)
+    targets = common.targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     # what this Python imports runs under this Python: the spec rung needs the interpreter
     run = common.make_run(targets, archs, level, flashinfer, python or (sys.executable if installed else None))
+    run.exclude = frozenset(exclude)
     bundle, _ = export(targets, recipes, run, out, force=force)
-    failed = [r for r in bundle.recipes if r.status in ("blocked", "failed", "stale")]
+    failing = ("failed", "stale") if ok_blocked else ("blocked", "failed", "stale")
+    failed = [r for r in bundle.recipes if r.status in failing]
     if as_json:
         emit_json({"bundle": str(bundle.dir), **bundle.to_dict()})
     else:

@@ -185,6 +185,7 @@ class Journal:
         self.dir = directory
         self.data = data
         self._txn = False  # inside begin()..commit(): one transaction for the whole command
+        self._saved_in_txn = False
         self.recovered: list[str] = []  # files the last lock's recovery put back
 
     # --- loading and saving -----------------------------------------------------
@@ -229,6 +230,7 @@ class Journal:
         return (self.dir / "journal.json").exists()
 
     def save(self) -> None:
+        self._saved_in_txn = self._saved_in_txn or self._txn
         self.dir.mkdir(parents=True, exist_ok=True)
         self.data["schema"] = SCHEMA
         self.data["tool_version"] = __version__
@@ -364,6 +366,7 @@ class Journal:
             "files_before": json.loads(json.dumps(self.data["files"])),
         }
         self._txn = True
+        self._saved_in_txn = False
 
     @property
     def in_transaction(self) -> bool:
@@ -380,17 +383,16 @@ class Journal:
             self.save()
 
     def abandon(self) -> list[str]:
-        """Undo the command's transaction (an error or Ctrl-C): every file it wrote back as it was."""
+        """Undo the command's transaction (an error or Ctrl-C): every file it wrote back as it was.
+        A transaction that neither wrote nor saved leaves the journal's bytes untouched."""
         if not self.in_transaction:
             return []
         self._txn = False
         pending = self.data.get("pending") or {}
-        if not pending.get("writes") and not self.exists:
+        if not pending.get("writes") and not self._saved_in_txn:
             self.data["pending"] = None
-            self.data["applied"], self.data["files"] = (
-                pending.get("applied_before", self.applied),
-                pending.get("files_before", self.data["files"]),
-            )
+            self.data["applied"] = pending.get("applied_before", self.applied)
+            self.data["files"] = pending.get("files_before", self.data["files"])
             return []
         return self.recover()
 

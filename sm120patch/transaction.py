@@ -56,6 +56,7 @@ class Run:
     make_probe: MakeProbe
     allow_untested: bool = False
     fixed: bool = False  # make_probe ignores the FlashInfer it is given (a caller's own probe)
+    exclude: frozenset[str] = frozenset()  # --exclude: recipes never probed nor written (export reads it here)
 
     def probe(self, fi: FlashInferEnv | None) -> engine.Probe | None:
         return self.make_probe(self.archs, fi, self.level)
@@ -196,7 +197,7 @@ def plan_many(
     """The dry run over every target, in order; nothing is written. Exactly what `apply_many`
     would do, up to the writes (the same `plan_target`)."""
     fi = now = run.fi
-    choice = Choice.of(only, exclude)
+    choice = Choice.of(only, [*(exclude or ()), *run.exclude])
     out: list[RecipePlan] = []
     for t in ordered(targets):
         journal = Journal.open(t.root)
@@ -307,7 +308,7 @@ def apply_many(
     """apply over every target in order: FlashInfer probed on its overlay and written first,
     then SGLang probed on the FlashInfer now on disk; all of it one transaction."""
     fi = run.fi
-    choice = Choice.of(only, exclude)
+    choice = Choice.of(only, [*(exclude or ()), *run.exclude])
     out: list[RecipePlan] = []
     fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
     roots = [t.root for t in targets]
