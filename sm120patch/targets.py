@@ -76,7 +76,10 @@ def installed(package: str) -> Target:
 
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise TargetError(f"{package}: not installed for {sys.executable}; pip install it, or give a PATH")
+        raise TargetError(
+            f"{package}: not installed for {sys.executable}; pass --python EXE (the server's interpreter), "
+            "give a PATH, or pip install it"
+        )
     pkg_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
     return _target(package, pkg_dir, pkg_dir.parent)
 

@@ -273,3 +273,28 @@ def test_ctrl_c_during_the_writes_puts_every_byte_back(venv: Path, step: int) ->
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "put back" in r.stderr
     assert everything(site) == before and not (site / ".sm120patch").exists()
+
+
+def test_preflight_plans_what_apply_installed_python_applies(venv: Path) -> None:
+    """Bug 13 and item 6: preflight of the venv (`--python`) lists the FlashInfer backport and the
+    gate standing on it, and `apply --installed --python` then applies exactly those, in that venv."""
+    site, py = site_of(venv), venv / "bin" / "python"
+    r = sm("preflight", "--python", py, *COMMON, "--no-torch", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    said = {x["id"]: x for x in json.loads(r.stdout)["recipes"]}
+    assert said[FIX]["status"] == "applicable" and FIX in said[AR]["advice"]
+    r = sm("apply", "--installed", "--python", py, *COMMON, "--ok-blocked", "--json")
+    assert r.returncode == 0, r.stderr
+    done = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert {i for i, x in said.items() if x["status"] == "applicable"} == {i for i, s in done.items() if s == "applied"}
+    assert diff_from_release(site, "flashinfer", "0.6.3") and diff_from_release(site, "sglang", "0.5.9")
+    gate_safe(site, "0.6.3")
+
+
+def test_preflight_without_sglang_in_its_python_names_the_flag(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(empty)], check=True, timeout=120)
+    r = sm("preflight", "--python", empty / "bin" / "python", *COMMON, "--no-torch")
+    assert r.returncode == 2 and "--python" in r.stderr, r.stderr
+    r = sm("preflight", *COMMON, "--no-torch")  # the tool's own Python: sm120patch never depends on SGLang
+    assert r.returncode == 2 and "pass --python EXE" in r.stderr, r.stderr
