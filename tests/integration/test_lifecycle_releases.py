@@ -298,3 +298,38 @@ def test_preflight_without_sglang_in_its_python_names_the_flag(tmp_path: Path) -
     assert r.returncode == 2 and "--python" in r.stderr, r.stderr
     r = sm("preflight", *COMMON, "--no-torch")  # the tool's own Python: sm120patch never depends on SGLang
     assert r.returncode == 2 and "pass --python EXE" in r.stderr, r.stderr
+
+
+def test_a_hand_opened_gate_reading_an_unbound_name_is_not_satisfied(tmp_path: Path) -> None:
+    """Bug 10: the allreduce gate opened by hand with `_is_sm120_supported`, which the module never
+    binds, would raise NameError on SM12x: `failed`, naming the name. Bound, it is satisfied."""
+    from tests.conftest import fetch_or_skip
+
+    tree_ = fetch_or_skip("sglang", "0.5.9", tmp_path / "sg")
+    comm = tree_ / "sglang/srt/layers/communicator.py"
+    text = comm.read_text()
+    gate = "(_is_sm90_supported or _is_sm100_supported)"
+    assert text.count(gate) == 1
+    comm.write_text(text.replace(gate, "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"))
+    edited = comm.read_bytes()
+
+    def status() -> tuple[str, str]:
+        r = sm("plan", tree_, "--arch", "sm_120", "--probe", "none", "--json", "--no-diff")
+        x = next(x for x in json.loads(r.stdout)["recipes"] if x["id"] == AR)
+        return x["status"], x["reason"]
+
+    st, why = status()
+    assert st == "failed" and "_is_sm120_supported" in why, (st, why)
+    assert sm("apply", tree_, "--arch", "sm_120", "--probe", "none", "--recipe", AR).returncode == 1
+    assert comm.read_bytes() == edited  # nothing written over the hand edit
+    bound = "_is_sm100_supported = _is_cuda and is_sm100_supported()\n"
+    comm.write_text(comm.read_text().replace(bound, bound + "_is_sm120_supported = False\n"))
+    edits = {
+        e["name"]: e["outcome"]
+        for e in next(
+            x
+            for x in json.loads(sm("plan", tree_, "--arch", "sm_120", "--probe", "none", "--json").stdout)["recipes"]
+            if x["id"] == AR
+        )["edits"]
+    }
+    assert "satisfied" in edits.values() and "error" not in edits.values(), edits
