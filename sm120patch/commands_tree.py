@@ -274,7 +274,11 @@ def status_cmd(
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
     results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
     bad = any(
-        r["interrupted"] or r["stale"] or r["retire"] or any(f["state"] != "as-applied" for f in r["files"])
+        r["interrupted"]
+        or r["stale"]
+        or r["retire"]
+        or r["damaged"]
+        or any(f["state"] != "as-applied" for f in r["files"])
         for r in results
     )
     if as_json:
@@ -288,6 +292,8 @@ def status_cmd(
                 f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
                 f"run `sm120patch rollback {t['root']}`"
             )
+        if r["damaged"]:
+            click.echo(f"  DAMAGED JOURNAL: {r['damaged']}")
         if not r["applied"]:
             click.echo("  nothing applied")
         for a in r["applied"]:

@@ -433,7 +433,21 @@ def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None =
         "interrupted": sorted(pending["writes"]) if pending else [],
         "stale": [a["id"] for a in applied if a.get("recheck", {}).get("holds") is False],
         "retire": [r.to_dict() for r in pip.values()],
+        "damaged": _damage(journal, target),
     }
+
+
+def _damage(journal: Journal, target: Target) -> str:
+    """Why the journal could not roll this package back, with the commands that fix it; "" when it can."""
+    from sm120patch.journal import damage_advice
+
+    lost = [rel for rel in journal.missing_blobs() if (journal.root / rel).is_relative_to(target.package_dir)]
+    if not lost:
+        return ""
+    return (
+        f"{journal.dir}: the original bytes of {', '.join(lost)} are gone from blobs/, so rollback cannot "
+        f"restore them; {damage_advice(journal.root, journal.dir)}"
+    )
 
 
 def _commit(

@@ -116,6 +116,29 @@ def state_dir_for(root: Path) -> Path:
     return base / "sm120patch" / hashlib.sha256(str(root).encode()).hexdigest()[:16]
 
 
+def damage_advice(root: Path, directory: Path) -> str:
+    """The exact commands that bring a tree back without its journal (pip keeps `.sm120patch/`,
+    so "reinstall" alone never works): the release's own bytes back, then the journal removed."""
+    import re
+    import shlex
+
+    q, jd = shlex.quote(str(root)), shlex.quote(str(directory))
+    if (root / ".git").exists():
+        return f"run `git -C {q} checkout -- . && rm -rf {jd}` (the clone's committed bytes back, the journal gone)"
+    pins = []
+    for dist, pkg in (("sglang", "sglang"), ("flashinfer_python", "flashinfer-python")):
+        for meta in sorted(root.glob(f"{dist}-*.dist-info/METADATA")):
+            m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
+            if m:
+                pins.append(f"{pkg}=={m.group(1)}")
+    if pins:
+        return (
+            f"run `pip install --force-reinstall --no-deps {' '.join(pins)} && rm -rf {jd}` with the pip of that "
+            "environment (the releases' own bytes back, the journal gone), or restore the journal from a backup"
+        )
+    return f"restore the tree's files from their release and remove {jd}, or restore the journal from a backup"
+
+
 def _safe_rel(rel: Any) -> bool:
     """A journal path: relative, POSIX, inside the tree, and a name any filesystem can hold
     (no part over 255 bytes: a hand-edited journal must not turn into an OS error later)."""
@@ -193,20 +216,18 @@ class Journal:
     @classmethod
     def open(cls, root: Path) -> Journal:
         directory = state_dir_for(root)
-        return cls(root, directory, cls._read(directory))
+        return cls(root, directory, cls._read(directory, root))
 
     @staticmethod
-    def _read(directory: Path) -> dict[str, Any]:
+    def _read(directory: Path, root: Path | None = None) -> dict[str, Any]:
+        root = root if root is not None else directory.parent
         path = directory / "journal.json"
         if not path.exists():
             return {"schema": SCHEMA, "applied": [], "files": {}, "pending": None, "history": []}
         try:
             data = json.loads(path.read_bytes())
         except (OSError, ValueError, RecursionError) as e:
-            raise JournalError(
-                f"{path}: unreadable journal ({e}); restore it from a backup, "
-                f"or reinstall the package if you no longer need to roll back"
-            ) from None
+            raise JournalError(f"{path}: unreadable journal ({e}); {damage_advice(root, directory)}") from None
         if (
             not isinstance(data, dict)
             or data.get("schema") != SCHEMA
@@ -214,15 +235,12 @@ class Journal:
             or not isinstance(data.get("applied"), list)
         ):
             raise JournalError(
-                f"{path}: not a journal of schema {SCHEMA}; "
-                "it was written by another sm120patch version or edited by hand"
+                f"{path}: not a journal of schema {SCHEMA} (written by another sm120patch version, or edited "
+                f"by hand): roll back with the version that wrote it, or {damage_advice(root, directory)}"
             )
         problem = _problem(data)
         if problem:
-            raise JournalError(
-                f"{path}: damaged journal ({problem}); restore it from a backup, "
-                "or reinstall the package if you no longer need to roll back"
-            )
+            raise JournalError(f"{path}: damaged journal ({problem}); {damage_advice(root, directory)}")
         return data
 
     @property
@@ -278,7 +296,7 @@ class Journal:
                 break
             os.close(fd)
         try:
-            self.data = self._read(self.dir)
+            self.data = self._read(self.dir, self.root)
             yield
         finally:
             if self.dir.is_dir() and not (self.dir / "journal.json").exists() and not (self.dir / "saved").exists():
@@ -323,14 +341,28 @@ class Journal:
             data = (self.dir / "blobs" / digest).read_bytes()
         except OSError:
             raise JournalError(
-                f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file, "
-                "reinstall the package to get the original back"
+                f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file: "
+                f"{damage_advice(self.root, self.dir)}"
             ) from None
         if sha256(data) != digest:
             raise JournalError(
-                f"{self.dir}: blob {digest[:12]} is corrupt; reinstall the package to get the original back"
+                f"{self.dir}: blob {digest[:12]} is corrupt; the journal cannot restore that file: "
+                f"{damage_advice(self.root, self.dir)}"
             )
         return data
+
+    def missing_blobs(self) -> list[str]:
+        """Files whose original bytes the journal can no longer give back (blob gone or damaged)."""
+        out = []
+        for rel, f in sorted(self.data["files"].items()):
+            path = self.dir / "blobs" / f["original"]
+            try:
+                ok = sha256(path.read_bytes()) == f["original"]
+            except OSError:
+                ok = False
+            if not ok:
+                out.append(rel)
+        return out
 
     def original(self, rel: str) -> bytes:
         entry = self.file(rel)

@@ -333,3 +333,40 @@ def test_a_hand_opened_gate_reading_an_unbound_name_is_not_satisfied(tmp_path: P
         )["edits"]
     }
     assert "satisfied" in edits.values() and "error" not in edits.values(), edits
+
+
+def test_a_killed_apply_is_named_by_plan_and_status_and_rollback_finishes_it(venv: Path) -> None:
+    site = site_of(venv)
+    before = everything(site)
+    r = subprocess.run([*CLI, "apply", str(site), *COMMON], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "SM120PATCH_FAULT": "kill:30"})  # fmt: skip
+    assert r.returncode == -9
+    p = sm("plan", site, *COMMON, "--no-diff")
+    assert p.returncode == 1 and f"sm120patch rollback {site}" in p.stderr and "killed" in p.stderr, p.stderr
+    st = sm("status", site)
+    assert st.returncode == 1 and f"sm120patch rollback {site}" in st.stdout
+    assert sm("rollback", site).returncode == 0
+    assert everything(site) == before
+
+
+def test_journal_damage_advice_is_a_command_that_works(venv: Path) -> None:
+    """Item 7: with its blobs deleted, status says so (exit 1) and gives a command; run as given
+    (with this venv's pip, offline from the wheel cache), it brings back both releases' bytes."""
+    import re
+    import shlex
+
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    shutil.rmtree(site / ".sm120patch" / "blobs")
+    st = sm("status", site)
+    assert st.returncode == 1 and "DAMAGED JOURNAL" in st.stdout, st.stdout
+    m = re.search(r"run `(pip install [^`]+)`", st.stdout)
+    assert m, st.stdout
+    pip_part, rm_part = m.group(1).split(" && ")
+    assert pip_part == "pip install --force-reinstall --no-deps sglang==0.5.9 flashinfer-python==0.6.3"
+    cmd = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *shlex.split(pip_part)[1:]]
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(releases.cache_dir() / "pypi")}
+    assert subprocess.run([*cmd, "-q", "--no-compile"], env=env, capture_output=True, timeout=600).returncode == 0
+    assert subprocess.run(shlex.split(rm_part), timeout=60).returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
+    assert sm("status", site).returncode == 0
