@@ -370,3 +370,45 @@ def test_journal_damage_advice_is_a_command_that_works(venv: Path) -> None:
     assert subprocess.run(shlex.split(rm_part), timeout=60).returncode == 0
     assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
     assert sm("status", site).returncode == 0
+
+
+def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: Path, tmp_path: Path) -> None:
+    """Item 4: `nobody` plans a root-owned site with read-only folders (an image): the FlashInfer
+    backport is probed on an overlay it may patch and `rm -rf`; nothing in the site changes."""
+    from tests.reliability.conftest import cli as run_as
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root with setpriv to run as another user")
+    site = site_of(venv)
+    for p in (tmp_path, *tmp_path.parents):
+        if p != Path("/") and not os.stat(p).st_mode & 0o001:
+            os.chmod(p, os.stat(p).st_mode | 0o001)
+    for d in (site / "flashinfer", site / "sglang"):
+        for dirpath, _, _ in os.walk(d):
+            os.chmod(dirpath, 0o555)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o777)
+    os.chmod(home, 0o777)
+    env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), "XDG_STATE_HOME": str(home / "state")}
+    before = everything(site)
+    r = run_as("plan", str(site), *COMMON, "--json", "--no-diff", user="nobody", env=env, timeout=600)
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert said[FIX] == "applicable" and said[AR] == "applicable", said
+    assert everything(site) == before
+    overlays = home / "cache" / "sm120patch" / "overlays"
+    assert any(overlays.iterdir())
+    rm = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "rm", "-rf", str(overlays)],
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert rm.returncode == 0 and not overlays.exists(), rm.stderr
+
+
+def test_the_overlay_key_changes_when_pip_replaces_the_bytes(venv: Path) -> None:
+    from sm120patch.overlay import overlay_root
+
+    site = site_of(venv)
+    change = {"jit/comm.py": b"# planned\n"}
+    first = overlay_root(site / "flashinfer", change)
+    assert overlay_root(site / "flashinfer", change) == first
+    assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
+    assert overlay_root(site / "flashinfer", change) != first

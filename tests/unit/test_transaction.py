@@ -191,3 +191,23 @@ def test_one_site_packages_holding_both(tmp_path: Path, recipes: list) -> None:
     assert [a["package"] for a in journal["applied"]] == ["flashinfer", "sglang"]
     rollback_many(both, recipes)
     assert snapshot(site) == pristine
+
+
+def test_the_overlay_cache_keeps_the_most_recent_and_removes_read_only_leftovers(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from sm120patch import overlay as ov
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    base = ov.cache_dir()
+    for i in range(5):
+        d = base / f"o{i}" / "flashinfer" / "ro"
+        d.mkdir(parents=True)
+        (d / "f").write_text("x")
+        d.chmod(0o555)  # what an older overlay of a read-only tree looked like
+        os.utime(base / f"o{i}", (1000 + i, 1000 + i))
+    killed = base / ".o9.half"
+    killed.mkdir()
+    os.utime(killed, (1, 1))
+    ov.prune(keep=2)
+    assert sorted(p.name for p in base.iterdir()) == ["o3", "o4"]
