@@ -189,9 +189,23 @@ def write_proven(
     (An empty journal is removed once the command lets go of it, never midway: bug 3.)"""
     if not todo:
         return
-    _write(journal, target, todo, proofs, ",".join(a.name for a in archs), force)
+    start = None
     if commit and target.is_git:
-        _commit(journal, target, recipes, archs, todo, ",".join(a.name for a in archs))
+        from sm120patch.gitops import where
+
+        start = where(target.root)
+    _write(journal, target, todo, proofs, ",".join(a.name for a in archs), force)
+    if start is not None:
+        for a in journal.applied[-len(todo) :]:
+            a["git"] = start  # where rollback returns HEAD and the index to
+        journal.save()
+        try:
+            _commit(journal, target, recipes, archs, todo, ",".join(a.name for a in archs))
+        except BaseException:
+            from sm120patch.gitops import go_back
+
+            go_back(target.root, start)  # the command's transaction puts the files back
+            raise
 
 
 def replan(
@@ -342,6 +356,11 @@ def rollback_locked(
     new = _replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]
+    started = [a["git"] for a in drop if isinstance(a.get("git"), dict)]
+    if started and target.is_git and not any(isinstance(a.get("git"), dict) for a in keep):
+        from sm120patch.gitops import go_back
+
+        go_back(target.root, started[0])  # the branch and index the first --commit apply started from
     journal.note("rollback", recipes=[a["id"] for a in drop], forced=bool(edited))
     journal.save()
     return {

@@ -312,6 +312,13 @@ def apply_many(
     out: list[RecipePlan] = []
     fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
     roots = [t.root for t in targets]
+    if commit:  # before a byte is written: a commit that cannot be made must not leave files changed
+        from sm120patch.gitops import identity_problem
+
+        for t in [t for t in targets if t.is_git]:
+            problem = identity_problem(t.root)
+            if problem:
+                raise UserError(problem)
     with _locked(roots, wait_s) as journals:
         retired = _retire_all(journals, targets)
         with all_or_nothing(_journal_order(journals, targets)):

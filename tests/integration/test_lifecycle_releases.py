@@ -412,3 +412,32 @@ def test_the_overlay_key_changes_when_pip_replaces_the_bytes(venv: Path) -> None
     assert overlay_root(site / "flashinfer", change) == first
     assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
     assert overlay_root(site / "flashinfer", change) != first
+
+
+def test_commit_without_a_git_identity_writes_nothing_and_rollback_returns_to_the_branch(tmp_path: Path) -> None:
+    """Item 5 on a real 0.5.9 clone: without user.name/email, `apply --commit` exits 2 before a
+    byte is written (it was exit 3 with HEAD left on sm120patch/<arch>); with one, `rollback` of a
+    --commit apply returns HEAD and the index to the branch it started from."""
+    from tests.conftest import fetch_or_skip
+
+    clone = fetch_or_skip("sglang", "0.5.9", tmp_path / "sg", layout="git")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", XDG_CONFIG_HOME=str(home))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=clone, capture_output=True, text=True, env=env).stdout.strip()
+
+    start = git("rev-parse", "HEAD"), git("write-tree")
+    r = sm("apply", clone, "--arch", "sm_120", "--probe", "none", "--commit", env=env)
+    assert r.returncode == 2 and "config user.email" in r.stderr, (r.returncode, r.stderr)
+    assert git("status", "--porcelain", "--ignored") == "" and git("symbolic-ref", "--short", "HEAD") == "main"
+    git("config", "user.name", "T")
+    git("config", "user.email", "t@example.com")
+    r = sm("apply", clone, "--arch", "sm_120", "--probe", "none", "--commit", env=env)
+    assert r.returncode == 0, r.stderr
+    assert git("symbolic-ref", "--short", "HEAD") == "sm120patch/sm_120"
+    assert sm("rollback", clone, env=env).returncode == 0
+    assert git("symbolic-ref", "--short", "HEAD") == "main" and (git("rev-parse", "HEAD"), git("write-tree")) == start
+    assert git("status", "--porcelain", "--ignored") == ""
