@@ -278,6 +278,7 @@ def status_cmd(
         or r["stale"]
         or r["retire"]
         or r["damaged"]
+        or r["legacy"]
         or any(f["state"] != "as-applied" for f in r["files"])
         for r in results
     )
@@ -294,6 +295,8 @@ def status_cmd(
             )
         if r["damaged"]:
             click.echo(f"  DAMAGED JOURNAL: {r['damaged']}")
+        if r["legacy"]:
+            click.echo(f"  note: {r['legacy']}")
         if not r["applied"]:
             click.echo("  nothing applied")
         for a in r["applied"]:

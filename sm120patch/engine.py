@@ -453,7 +453,20 @@ def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None =
         "stale": [a["id"] for a in applied if a.get("recheck", {}).get("holds") is False],
         "retire": [r.to_dict() for r in pip.values()],
         "damaged": _damage(journal, target),
+        "legacy": _legacy(target),
     }
+
+
+def _legacy(target: Target) -> str:
+    """A journal an older sm120patch kept in the package folder itself (bug 11's second journal)."""
+    from sm120patch.journal import DIRNAME
+
+    if target.root != target.package_dir and (target.package_dir / DIRNAME / "journal.json").is_file():
+        return (
+            f"an older sm120patch kept a second journal in {target.package_dir}: "
+            f"`sm120patch rollback {target.package_dir}` takes back what it holds"
+        )
+    return ""
 
 
 def _damage(journal: Journal, target: Target) -> str:

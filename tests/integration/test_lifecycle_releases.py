@@ -441,3 +441,25 @@ def test_commit_without_a_git_identity_writes_nothing_and_rollback_returns_to_th
     assert sm("rollback", clone, env=env).returncode == 0
     assert git("symbolic-ref", "--short", "HEAD") == "main" and (git("rev-parse", "HEAD"), git("write-tree")) == start
     assert git("status", "--porcelain", "--ignored") == ""
+
+
+def test_a_journal_an_older_version_kept_in_the_package_folder_still_rolls_back(venv: Path) -> None:
+    """Backward compatible: the old code journaled `apply SITE/sglang` in SITE/sglang/.sm120patch with
+    paths relative to that folder. status SITE names it (exit 1); rollback SITE/sglang restores."""
+    import dataclasses
+
+    from sm120patch import engine
+    from sm120patch.recipes import load_recipes
+    from sm120patch.targets import discover
+
+    site = site_of(venv)
+    (sg,) = discover(site, "sglang")
+    old_layout = dataclasses.replace(sg, root=sg.package_dir)  # what the old code made of SITE/sglang
+    from sm120patch.arch import parse_arch
+
+    engine.apply(old_layout, load_recipes(), parse_arch("sm_120"))
+    assert (site / "sglang" / ".sm120patch" / "journal.json").is_file()
+    st = sm("status", site, "--package", "sglang")
+    assert st.returncode == 1 and f"sm120patch rollback {site / 'sglang'}" in st.stdout, st.stdout
+    assert sm("rollback", site / "sglang").returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == [] and not (site / "sglang" / ".sm120patch").exists()
