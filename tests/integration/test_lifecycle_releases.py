@@ -79,6 +79,12 @@ def pip(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
+def replace(path: Path, text: str) -> None:
+    """A hand edit as editors save: a new file, never a write through the hard link to the cache."""
+    path.unlink()
+    path.write_text(text)
+
+
 def site_of(venv: Path) -> Path:
     return venv / "lib" / PY / "site-packages"
 
@@ -310,7 +316,7 @@ def test_a_hand_opened_gate_reading_an_unbound_name_is_not_satisfied(tmp_path: P
     text = comm.read_text()
     gate = "(_is_sm90_supported or _is_sm100_supported)"
     assert text.count(gate) == 1
-    comm.write_text(text.replace(gate, "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"))
+    replace(comm, text.replace(gate, "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"))
     edited = comm.read_bytes()
 
     def status() -> tuple[str, str]:
@@ -323,7 +329,7 @@ def test_a_hand_opened_gate_reading_an_unbound_name_is_not_satisfied(tmp_path: P
     assert sm("apply", tree_, "--arch", "sm_120", "--probe", "none", "--recipe", AR).returncode == 1
     assert comm.read_bytes() == edited  # nothing written over the hand edit
     bound = "_is_sm100_supported = _is_cuda and is_sm100_supported()\n"
-    comm.write_text(comm.read_text().replace(bound, bound + "_is_sm120_supported = False\n"))
+    replace(comm, comm.read_text().replace(bound, bound + "_is_sm120_supported = False\n"))
     edits = {
         e["name"]: e["outcome"]
         for e in next(
@@ -372,35 +378,44 @@ def test_journal_damage_advice_is_a_command_that_works(venv: Path) -> None:
     assert sm("status", site).returncode == 0
 
 
-def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: Path, tmp_path: Path) -> None:
+def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: Path) -> None:
     """Item 4: `nobody` plans a root-owned site with read-only folders (an image): the FlashInfer
     backport is probed on an overlay it may patch and `rm -rf`; nothing in the site changes."""
+    import tempfile
+
+    from tests.reliability.conftest import as_user
     from tests.reliability.conftest import cli as run_as
 
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root with setpriv to run as another user")
-    site = site_of(venv)
-    for p in (tmp_path, *tmp_path.parents):
-        if p != Path("/") and not os.stat(p).st_mode & 0o001:
-            os.chmod(p, os.stat(p).st_mode | 0o001)
-    for d in (site / "flashinfer", site / "sglang"):
-        for dirpath, _, _ in os.walk(d):
-            os.chmod(dirpath, 0o555)
-    home = tmp_path / "home"
-    home.mkdir(mode=0o777)
-    os.chmod(home, 0o777)
-    env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), "XDG_STATE_HOME": str(home / "state")}
-    before = everything(site)
-    r = run_as("plan", str(site), *COMMON, "--json", "--no-diff", user="nobody", env=env, timeout=600)
-    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
-    said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
-    assert said[FIX] == "applicable" and said[AR] == "applicable", said
-    assert everything(site) == before
-    overlays = home / "cache" / "sm120patch" / "overlays"
-    assert any(overlays.iterdir())
-    rm = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "rm", "-rf", str(overlays)],
-                        capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert rm.returncode == 0 and not overlays.exists(), rm.stderr
+    # not under pytest's tmp: each pytest session resets /tmp/pytest-of-root to 0700, so another
+    # user's access there races with every other test run on the machine
+    shared = Path(tempfile.mkdtemp(prefix="sm120patch-nobody-"))
+    try:
+        os.chmod(shared, 0o755)
+        subprocess.run(["cp", "-a", str(venv), str(shared / "venv")], check=True)
+        site = site_of(shared / "venv")
+        for d in (site / "flashinfer", site / "sglang"):
+            for dirpath, _, _ in os.walk(d):
+                os.chmod(dirpath, 0o555)
+        home = shared / "home"
+        home.mkdir()
+        os.chmod(home, 0o777)
+        env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"), "XDG_STATE_HOME": str(home / "state")}
+        before = everything(site)
+        r = run_as("plan", str(site), *COMMON, "--json", "--no-diff", user="nobody", env=env, timeout=600)
+        assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+        said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+        assert said[FIX] == "applicable" and said[AR] == "applicable", said
+        assert everything(site) == before
+        overlays = home / "cache" / "sm120patch" / "overlays"
+        assert any(overlays.iterdir())
+        rm = subprocess.run([*as_user("nobody"), "rm", "-rf", str(overlays)], capture_output=True, text=True)
+        assert rm.returncode == 0 and not overlays.exists(), rm.stderr
+    finally:
+        for dirpath, _, _ in os.walk(shared):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_the_overlay_key_changes_when_pip_replaces_the_bytes(venv: Path) -> None:
