@@ -91,10 +91,11 @@ def site_of(venv: Path) -> Path:
 
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
-    """A private copy of the 0.5.9 + 0.6.3 venv (SGLang 0.5.9 pins FlashInfer 0.6.3)."""
+    """A private copy of the 0.5.9 + 0.6.3 venv (SGLang 0.5.9 pins FlashInfer 0.6.3): hard links,
+    safe because sm120patch and pip replace files (a new inode), and so do the hand edits here."""
     src = pip_venv("0.5.9", "0.6.3")
     dest = tmp_path / "venv"
-    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    subprocess.run(["cp", "-al", str(src), str(dest)], check=True)
     return dest
 
 
@@ -168,32 +169,26 @@ def test_guard_rolls_the_flashinfer_recipe_back_in_one_site(venv: Path) -> None:
     gate_safe(site, "0.6.3")
 
 
-def test_force_reinstall_of_flashinfer_retires_its_recipe_and_its_dependent(venv: Path) -> None:
-    site = site_of(venv)
-    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
-    assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
-    st = json.loads(sm("status", site, "--json").stdout)
-    states = {a["id"]: a["state"] for t in st["targets"] for a in t["applied"]}
-    assert states[FIX] == "replaced-by-pip"
-    before = everything(site)
-    r = sm("rollback", site, "--json")  # no --force needed: pip's bytes are the originals
-    assert r.returncode == 0, r.stderr
-    assert diff_from_release(site, "flashinfer", "0.6.3") == [] and diff_from_release(site, "sglang", "0.5.9") == []
-    assert not (site / ".sm120patch").exists()
-    assert {k for k, v in everything(site).items() if before.get(k) != v} <= {
-        k for k in before if k.startswith("sglang/")
-    }
-
-
-def test_force_reinstall_of_flashinfer_then_apply_patches_both_again(venv: Path) -> None:
+def test_force_reinstall_of_flashinfer_is_seen_by_status_apply_and_rollback(venv: Path) -> None:
+    """pip puts FlashInfer 0.6.3's own bytes back over the backport: status says `replaced-by-pip`;
+    apply patches both again (the SGLang gate standing on it included); after a second reinstall,
+    rollback needs no --force and leaves both releases' bytes."""
     site = site_of(venv)
     assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
     patched = tree(site, "sglang"), tree(site, "flashinfer")
     assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
+    st = json.loads(sm("status", site, "--json").stdout)
+    states = {a["id"]: a["state"] for t in st["targets"] for a in t["applied"]}
+    assert states[FIX] == "replaced-by-pip"
     r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
     assert r.returncode == 0, r.stderr
     assert (tree(site, "sglang"), tree(site, "flashinfer")) == patched  # both patched again, as the first time
     gate_safe(site, "0.6.3")
+    assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
+    r = sm("rollback", site, "--json")  # no --force needed: pip's bytes are the originals
+    assert r.returncode == 0, r.stderr
+    assert diff_from_release(site, "flashinfer", "0.6.3") == [] and diff_from_release(site, "sglang", "0.5.9") == []
+    assert not (site / ".sm120patch").exists()
 
 
 def test_force_reinstall_of_sglang_then_apply_plans_afresh(venv: Path) -> None:
@@ -270,7 +265,7 @@ def test_exit_2_after_flashinfer_was_written_leaves_the_site_byte_identical(venv
     assert (everything(site), everything(real)) == before and not (site / ".sm120patch").exists()
 
 
-@pytest.mark.parametrize("step", [3, 10, 25])
+@pytest.mark.parametrize("step", [3, 25])
 def test_ctrl_c_during_the_writes_puts_every_byte_back(venv: Path, step: int) -> None:
     site = site_of(venv)
     before = everything(site)
