@@ -473,3 +473,10 @@ def test_a_journal_an_older_version_kept_in_the_package_folder_still_rolls_back(
     assert st.returncode == 1 and f"sm120patch rollback {site / 'sglang'}" in st.stdout, st.stdout
     assert sm("rollback", site / "sglang").returncode == 0
     assert diff_from_release(site, "sglang", "0.5.9") == [] and not (site / "sglang" / ".sm120patch").exists()
+
+
+def test_the_cached_venv_was_never_written_in_place() -> None:
+    """The copies are hard links: no test (nor sm120patch, nor pip) may have written through one."""
+    site = site_of(pip_venv("0.5.9", "0.6.3"))
+    assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
+    assert not (site / ".sm120patch").exists()
