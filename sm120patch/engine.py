@@ -519,15 +519,17 @@ _rollback_locked = rollback_locked  # the name before the pipeline was one
 # --- entry points other modules (guard, diagnose) use -------------------------------------------
 
 
-def _target_at(path: Path) -> Target:
-    targets = discover(path)
-    return targets[0]
-
-
 def applied_recipes(target_path: Path) -> set[str]:
-    """Recipe ids the journal at `target_path` says are applied."""
-    t = _target_at(target_path)
-    return set(Journal.open(t.root).applied_ids())
+    """Recipe ids applied at `target_path` (every package it holds), as guard and diagnose should
+    see them: those pip has since replaced or that belong to another release are not applied."""
+    from sm120patch.pipstate import obsolete
+
+    out: set[str] = set()
+    for t in discover(target_path):
+        journal = Journal.open(t.root)
+        gone = {r.id for r in obsolete(journal, t)}
+        out |= {a["id"] for a in journal.applied if a.get("package", t.package) == t.package and a["id"] not in gone}
+    return out
 
 
 def stale_recipes(target_path: Path, level: str = "static") -> dict[str, str]:

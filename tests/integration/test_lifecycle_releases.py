@@ -180,6 +180,9 @@ def test_force_reinstall_of_flashinfer_is_seen_by_status_apply_and_rollback(venv
     st = json.loads(sm("status", site, "--json").stdout)
     states = {a["id"]: a["state"] for t in st["targets"] for a in t["applied"]}
     assert states[FIX] == "replaced-by-pip"
+    from sm120patch.engine import applied_recipes
+
+    assert FIX not in applied_recipes(site) and AR in applied_recipes(site)  # what guard's diagnosis sees
     r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
     assert r.returncode == 0, r.stderr
     assert (tree(site, "sglang"), tree(site, "flashinfer")) == patched  # both patched again, as the first time
