@@ -325,7 +325,7 @@ def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arc
 
     if given:
         return resolve_archs(given)[0]
-    names = {n for t in targets for a in Journal.open(t.root).applied for n in str(a.get("arch", "")).split(",") if n}
+    names = {n for t in targets for a in Journal.open(t.root).entries(t.package) for n in a.archs}
     return sorted({parse_arch(n) for n in names})
 
 

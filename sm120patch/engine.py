@@ -47,12 +47,11 @@ def applied_reasons(journal: Journal, target: Target) -> dict[str, str]:
 
     gone = {r.id for r in obsolete(journal, target)}
     out = {}
-    for a in journal.applied:
-        if a.get("package", target.package) != target.package or a["id"] in gone:
+    for a in journal.entries(target.package):
+        if a.id in gone:
             continue
-        states = [file_state(journal, rel) for rel in a["files"]]
-        edited = [s for s in states if s != "as-applied"]
-        out[a["id"]] = f"applied {a.get('at', '')}".strip() + (
+        edited = [rel for rel in a.files if file_state(journal, rel) != "as-applied"]
+        out[a.id] = f"applied {a.raw.get('at', '')}".strip() + (
             f"; {len(edited)} file(s) changed since" if edited else ""
         )
     return out
@@ -110,11 +109,7 @@ def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str,
 def rechecks(journal: Journal, target: Target, recipes: Sequence[Recipe], probe: Probe | None) -> dict[str, Recheck]:
     """For each recipe applied to this target: does its recorded proof still hold?"""
     by_id = {r.id: r for r in recipes}
-    return {
-        a["id"]: recheck(a, by_id.get(a["id"]), probe)  # type: ignore[arg-type]
-        for a in journal.applied
-        if a.get("package", target.package) == target.package
-    }
+    return {a.id: recheck(a.raw, by_id.get(a.id), probe) for a in journal.entries(target.package)}  # type: ignore[arg-type]
 
 
 def rollback_hint(target: Target, recipe_id: str) -> str:

@@ -200,6 +200,81 @@ class FileEntry:
     mode: int
 
 
+@dataclass(frozen=True)
+class Dependent:
+    """An SGLang recipe proven on a FlashInfer recipe: it goes when that recipe goes."""
+
+    root: Path
+    package: str
+    id: str
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Dependent:
+        return cls(Path(str(raw.get("root", ""))), str(raw.get("package", "sglang")), str(raw.get("id", "")))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"root": str(self.root), "package": self.package, "id": self.id}
+
+
+class Applied:
+    """One applied recipe, typed, over its journal.json record (which stays the storage, so the
+    file keeps its readable shape and unknown keys of newer versions survive a load and save)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+    def package_or(self, default: str) -> str:
+        """The package (journals of the first versions did not record it: the tree's own)."""
+        return str(self.raw.get("package") or default)
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.raw.get("files") or [])
+
+    @property
+    def archs(self) -> list[str]:
+        return [n for n in str(self.raw.get("arch", "")).split(",") if n]
+
+    @property
+    def version(self) -> str | None:
+        """The package version the tree said at apply."""
+        return self.raw.get("version") or None
+
+    @property
+    def dist_version(self) -> str | None:
+        """The installed distribution's version at apply (dist-info), where there was one."""
+        return self.raw.get("dist_version") or None
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return self.raw.get("evidence") or {}
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        return list(self.evidence.get("verdicts") or [])
+
+    @property
+    def dependents(self) -> list[Dependent]:
+        return [Dependent.of(d) for d in self.raw.get("dependents") or [] if isinstance(d, dict)]
+
+    def add_dependent(self, dep: Dependent) -> None:
+        deps = self.raw.setdefault("dependents", [])
+        if dep.to_dict() not in deps:
+            deps.append(dep.to_dict())
+
+    @property
+    def git(self) -> dict[str, Any] | None:
+        """Where a `--commit` apply started (branch, HEAD, index), for rollback to return to."""
+        g = self.raw.get("git")
+        return g if isinstance(g, dict) else None
+
+
 class Journal:
     """Load, change and save one tree's journal. Use `Journal.open(root)` under `lock()`."""
 
@@ -331,6 +406,11 @@ class Journal:
 
     def applied_ids(self) -> list[str]:
         return [a["id"] for a in self.applied]
+
+    def entries(self, package: str | None = None) -> list[Applied]:
+        """The applied recipes, typed (of `package` only, when given), in the order applied."""
+        out = [Applied(a) for a in self.applied]
+        return [e for e in out if e.package_or(package) == package] if package else out
 
     def file(self, rel: str) -> FileEntry | None:
         f = self.data["files"].get(rel)

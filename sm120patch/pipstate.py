@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sm120patch.journal import sha256
 
 if TYPE_CHECKING:
-    from sm120patch.journal import Journal
+    from sm120patch.journal import Applied, Journal
     from sm120patch.targets import Target
 
 REPLACED = "replaced-by-pip"
@@ -55,14 +55,14 @@ def installed_version(target: Target) -> tuple[str | None, str]:
     return (v, "dist-info") if v else (target.version, "tree")
 
 
-def recorded_version(entry: dict[str, Any]) -> tuple[str | None, str]:
+def recorded_version(entry: Applied) -> tuple[str | None, str]:
     """(version at apply, what it was read from), as the entry recorded it."""
-    if entry.get("dist_version"):
-        return entry["dist_version"], "dist-info"
-    return entry.get("version") or None, "tree"
+    if entry.dist_version:
+        return entry.dist_version, "dist-info"
+    return entry.version, "tree"
 
 
-def entry_state(journal: Journal, target: Target, entry: dict[str, Any]) -> tuple[str, str]:
+def entry_state(journal: Journal, target: Target, entry: Applied) -> tuple[str, str]:
     """(state, why) of one applied entry: OTHER_RELEASE, REPLACED, or "" (today's rules)."""
     was, was_from = recorded_version(entry)
     now, now_from = installed_version(target)
@@ -73,7 +73,7 @@ def entry_state(journal: Journal, target: Target, entry: dict[str, Any]) -> tupl
             f"applied to {target.package} {was}; {target.package} {now} is installed now (another release): "
             "its recorded bytes are never written back; retired, and this release is planned afresh"
         )
-    files = entry.get("files") or []
+    files = entry.files
     if files and all(_at_original(journal, rel) for rel in files):
         return REPLACED, (
             f"every file it changed is back at {target.package} {now or '?'}'s own bytes (pip reinstalled "
@@ -93,12 +93,10 @@ def _at_original(journal: Journal, rel: str) -> bool:
 def obsolete(journal: Journal, target: Target) -> list[Retired]:
     """Entries of `target`'s package that pip made obsolete (read-only)."""
     out = []
-    for a in journal.applied:
-        if a.get("package", target.package) != target.package:
-            continue
+    for a in journal.entries(target.package):
         state, why = entry_state(journal, target, a)
         if state:
-            out.append(Retired(a["id"], target.package, state, why, target.root, a))
+            out.append(Retired(a.id, target.package, state, why, target.root, a.raw))
     return out
 
 

@@ -36,7 +36,7 @@ from sm120patch import engine
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
 from sm120patch.flashinfer_env import FlashInferEnv, from_tree
-from sm120patch.journal import Journal
+from sm120patch.journal import Applied, Dependent, Journal
 from sm120patch.overlay import overlay
 from sm120patch.pipstate import Retired, retire
 from sm120patch.plan import APPLICABLE, APPLIED, EXCLUDED, REVERTED, RecipePlan, plan
@@ -386,37 +386,29 @@ def _record_dependents(
 ) -> None:
     """Note, in the FlashInfer journal, each SGLang recipe whose proof read files a FlashInfer recipe
     of this run changed: it stands on that recipe, and goes when it goes."""
-    journal = journals[t.root]
-    for p in plans:
-        entry = next((a for a in journal.applied if a["id"] == p.recipe.id and p.status == "applied"), None)
-        if entry is None:
-            continue
-        for v in (entry.get("evidence") or {}).get("verdicts") or []:
+    done = {p.recipe.id for p in plans if p.status == APPLIED}
+    for entry in [e for e in journals[t.root].entries(t.package) if e.id in done]:
+        for v in entry.verdicts:
             where = ((v.get("evidence") or {}).get("flashinfer") or {}).get("location")
             if where not in fi_recipes:
                 continue
             fi_target, ids = fi_recipes[where]
             fi_journal = journals[fi_target.root]
             read = set((v.get("evidence") or {}).get("files") or {})
-            for a in fi_journal.applied:
-                if a["id"] not in ids or a.get("package") != "flashinfer":
-                    continue
+            for a in fi_journal.entries("flashinfer"):
                 # a dependent read what the FlashInfer recipe changed (paths inside the package)
-                if read & _changed_in_package(fi_target, a):
-                    deps = a.setdefault("dependents", [])
-                    dep = {"root": str(t.root), "package": t.package, "id": p.recipe.id}
-                    if dep not in deps:
-                        deps.append(dep)
+                if a.id in ids and read & _changed_in_package(fi_target, a):
+                    a.add_dependent(Dependent(t.root, t.package, entry.id))
             fi_journal.save()
 
 
-def _changed_in_package(fi_target: Target, entry: dict[str, Any]) -> set[str]:
-    return {(fi_target.root / rel).relative_to(fi_target.package_dir).as_posix() for rel in entry["files"]}
+def _changed_in_package(fi_target: Target, entry: Applied) -> set[str]:
+    return {(fi_target.root / rel).relative_to(fi_target.package_dir).as_posix() for rel in entry.files}
 
 
-def _stands_on(entry: dict[str, Any], fi_target: Target, changed: set[str]) -> bool:
+def _stands_on(entry: Applied, fi_target: Target, changed: set[str]) -> bool:
     """An SGLang entry whose recorded proof read, in this FlashInfer, files a FlashInfer recipe changed."""
-    for v in (entry.get("evidence") or {}).get("verdicts") or []:
+    for v in entry.verdicts:
         ev = v.get("evidence") or {}
         where = (ev.get("flashinfer") or {}).get("location")
         if where and Path(where) == fi_target.package_dir and set(ev.get("files") or {}) & changed:
@@ -433,15 +425,15 @@ def _dependents_of(
     """The SGLang recipes standing on these FlashInfer journal entries, among the SGLang targets in
     view: recorded as dependents at apply, or (trees patched in separate runs) whose proof read
     files those recipes changed. The rule is the same for two trees and for one site-packages."""
-    changed = set().union(*(_changed_in_package(fi_target, a) for a in entries)) if entries else set()
-    deps = [d for a in entries for d in a.get("dependents") or []]
+    typed = [Applied(a) for a in entries]
+    changed = set().union(*(_changed_in_package(fi_target, a) for a in typed)) if typed else set()
+    deps = {(d.root, d.id) for a in typed for d in a.dependents}
     out: dict[Target, list[str]] = {}
     for sg in [t for t in targets if t.package == "sglang" and t.root in journals]:
-        mine = [a for a in journals[sg.root].applied if a.get("package", "sglang") == "sglang"]
         ids = [
-            a["id"]
-            for a in mine
-            if any(Path(d["root"]) == sg.root and d["id"] == a["id"] for d in deps) or _stands_on(a, fi_target, changed)
+            a.id
+            for a in journals[sg.root].entries("sglang")
+            if (sg.root, a.id) in deps or _stands_on(a, fi_target, changed)
         ]
         if ids:
             out[sg] = ids
