@@ -277,6 +277,9 @@ def test_ctrl_c_during_the_writes_puts_every_byte_back(venv: Path, step: int) ->
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "put back" in r.stderr
     assert everything(site) == before and not (site / ".sm120patch").exists()
+    if step == 25:  # bug 7: the plan after a Ctrl-C is the release's, not a half-written tree's
+        said = {x["id"]: x["status"] for x in json.loads(sm("plan", site, *COMMON, "--json").stdout)["recipes"]}
+        assert said[FIX] == "applicable" and said[AR] == "applicable", said
 
 
 def test_preflight_plans_what_apply_installed_python_applies(venv: Path) -> None:
@@ -406,6 +409,9 @@ def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: 
         said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
         assert said[FIX] == "applicable" and said[AR] == "applicable", said
         assert everything(site) == before
+        r = run_as("apply", str(site), *COMMON, user="nobody", env=env, timeout=600)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr  # may not write: refused, nothing written
+        assert everything(site) == before
         overlays = home / "cache" / "sm120patch" / "overlays"
         assert any(overlays.iterdir())
         rm = subprocess.run([*as_user("nobody"), "rm", "-rf", str(overlays)], capture_output=True, text=True)
@@ -483,3 +489,26 @@ def test_the_cached_venv_was_never_written_in_place() -> None:
     site = site_of(pip_venv("0.5.9", "0.6.3"))
     assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
     assert not (site / ".sm120patch").exists()
+
+
+def test_exclude_and_ok_blocked_give_an_image_build_an_exit_status_it_can_trust(venv: Path, tmp_path: Path) -> None:
+    """Item 9: stock 0.5.9 + 0.6.3 `apply` exits 1 (b12x blocked by design); `--ok-blocked` makes that
+    0 without hiding a failure; `--exclude` leaves a recipe out of plan, apply and export."""
+    site = site_of(venv)
+    before = tree(site, "flashinfer")
+    r = sm("plan", site, *COMMON, "--no-diff", "--json")
+    assert r.returncode == 1 and any(x["status"] == "blocked" for x in json.loads(r.stdout)["recipes"])
+    r = sm("plan", site, *COMMON, "--no-diff", "--json", "--exclude", "sglang-fp4-gemm-b12x-sm120")
+    said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert r.returncode == 0 and said["sglang-fp4-gemm-b12x-sm120"] == "excluded", said
+    assert sm("apply", site, *COMMON, "--exclude", "no-such-recipe").returncode == 2
+    out = tmp_path / "bundle"
+    r = sm("export", site, *COMMON, "--exclude", FIX, "--ok-blocked", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert FIX not in (out / "series").read_text() and "sglang-moe-backend-sm120" in (out / "series").read_text()
+    # without the backport the allreduce gate stays shut: blocked, which --ok-blocked accepts
+    r = sm("apply", site, *COMMON, "--exclude", FIX, "--ok-blocked", "--json")
+    said = {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+    assert r.returncode == 0 and said[FIX] == "excluded" and said[AR] == "blocked", said
+    assert tree(site, "flashinfer") == before and FIX not in applied(site)
+    gate_safe(site, "0.6.3")
