@@ -352,6 +352,8 @@ def apply_many(
                 for p in plans:
                     if p.recipe.id in stale and p.status != APPLIED:
                         p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
+                    elif p.recipe.id in stale:
+                        p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
                     elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:
                         r = retired[p.recipe.id]
                         p.reason += f" [{r.state}: {r.why}]"
