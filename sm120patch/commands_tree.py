@@ -195,6 +195,7 @@ def apply_cmd(
     help="Wait this long for another run on the same tree to finish.",
 )
 @recipes_option
+@click.option("--python", "python", metavar="EXE", help="With --installed: the packages this interpreter imports.")
 @json_option
 def rollback_cmd(
     paths: tuple[Path, ...],
@@ -204,6 +205,7 @@ def rollback_cmd(
     force: bool,
     wait_s: float,
     recipe_dir: Path | None,
+    python: str | None,
     as_json: bool,
 ) -> None:
     """Restore the original bytes of every file sm120patch changed (or only --recipe ID's).
@@ -211,12 +213,18 @@ def rollback_cmd(
     Also finishes an apply that was killed midway, returning those files to their
     state before it. Refuses to overwrite a file you edited after apply unless --force.
     Rolling back a FlashInfer recipe first rolls back the SGLang recipes that were
-    proven on it (in any tree), and says so; SGLang trees go before FlashInfer ones.
+    proven on it (in any tree, one site-packages too), and says so; SGLang trees go
+    before FlashInfer ones.
+
+    What pip changed since apply is seen, not fought: a recipe whose files pip put back
+    at the release's bytes is `replaced-by-pip`, one applied to another version of the
+    package `other-release`; both are retired (the journal only) and their recorded
+    bytes are never written, not even with --force. Ctrl-C puts back what was written.
     """
     from sm120patch.transaction import rollback_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(paths, installed, package)
+    targets = targets_for(paths, installed, package, python)
     results = rollback_many(targets, recipes, ids=ids or None, force=force, wait_s=wait_s)
     if as_json:
         emit_json({"targets": results})

@@ -296,6 +296,8 @@ def test_preflight_plans_what_apply_installed_python_applies(venv: Path) -> None
     assert {i for i, x in said.items() if x["status"] == "applicable"} == {i for i, s in done.items() if s == "applied"}
     assert diff_from_release(site, "flashinfer", "0.6.3") and diff_from_release(site, "sglang", "0.5.9")
     gate_safe(site, "0.6.3")
+    assert sm("rollback", "--installed", "--python", py).returncode == 0
+    assert diff_from_release(site, "flashinfer", "0.6.3") == [] and diff_from_release(site, "sglang", "0.5.9") == []
 
 
 def test_preflight_without_sglang_in_its_python_names_the_flag(tmp_path: Path) -> None:
