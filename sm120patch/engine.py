@@ -473,7 +473,7 @@ def _damage(journal: Journal, target: Target) -> str:
         return ""
     return (
         f"{journal.dir}: the original bytes of {', '.join(lost)} are gone from blobs/, so rollback cannot "
-        f"restore them; {damage_advice(journal.root, journal.dir)}"
+        f"restore them; {damage_advice(journal.root, journal.dir, readable=True)}"
     )
 
 

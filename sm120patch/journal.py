@@ -116,15 +116,18 @@ def state_dir_for(root: Path) -> Path:
     return base / "sm120patch" / hashlib.sha256(str(root).encode()).hexdigest()[:16]
 
 
-def damage_advice(root: Path, directory: Path) -> str:
+def damage_advice(root: Path, directory: Path, readable: bool = False) -> str:
     """The exact commands that bring a tree back without its journal (pip keeps `.sm120patch/`,
-    so "reinstall" alone never works): the release's own bytes back, then the journal removed."""
+    so "reinstall" alone never works): the release's own bytes back, then the journal retired.
+    A journal that still reads (`readable`: only blobs lost) is retired by `sm120patch rollback`,
+    which checks first that every file is back at its original bytes; one that does not, removed."""
     import re
     import shlex
 
     q, jd = shlex.quote(str(root)), shlex.quote(str(directory))
+    retire = f"sm120patch rollback {q}" if readable else f"rm -rf {jd}"
     if (root / ".git").exists():
-        return f"run `git -C {q} checkout -- . && rm -rf {jd}` (the clone's committed bytes back, the journal gone)"
+        return f"run `git -C {q} checkout -- . && {retire}` (the clone's committed bytes back, the journal retired)"
     pins = []
     for dist, pkg in (("sglang", "sglang"), ("flashinfer_python", "flashinfer-python")):
         for meta in sorted(root.glob(f"{dist}-*.dist-info/METADATA")):
@@ -133,10 +136,10 @@ def damage_advice(root: Path, directory: Path) -> str:
                 pins.append(f"{pkg}=={m.group(1)}")
     if pins:
         return (
-            f"run `pip install --force-reinstall --no-deps {' '.join(pins)} && rm -rf {jd}` with the pip of that "
-            "environment (the releases' own bytes back, the journal gone), or restore the journal from a backup"
+            f"run `pip install --force-reinstall --no-deps {' '.join(pins)} && {retire}` with the pip of that "
+            "environment (the releases' own bytes back, the journal retired), or restore the journal from a backup"
         )
-    return f"restore the tree's files from their release and remove {jd}, or restore the journal from a backup"
+    return f"restore the tree's files from their release, then `{retire}`; or restore the journal from a backup"
 
 
 def _safe_rel(rel: Any) -> bool:
@@ -422,12 +425,12 @@ class Journal:
         except OSError:
             raise JournalError(
                 f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file: "
-                f"{damage_advice(self.root, self.dir)}"
+                f"{damage_advice(self.root, self.dir, readable=True)}"
             ) from None
         if sha256(data) != digest:
             raise JournalError(
                 f"{self.dir}: blob {digest[:12]} is corrupt; the journal cannot restore that file: "
-                f"{damage_advice(self.root, self.dir)}"
+                f"{damage_advice(self.root, self.dir, readable=True)}"
             )
         return data
 

@@ -360,7 +360,8 @@ def test_a_killed_apply_is_named_by_plan_and_status_and_rollback_finishes_it(ven
 
 def test_journal_damage_advice_is_a_command_that_works(venv: Path) -> None:
     """Item 7: with its blobs deleted, status says so (exit 1) and gives a command; run as given
-    (with this venv's pip, offline from the wheel cache), it brings back both releases' bytes."""
+    (with this venv's pip, offline from the wheel cache), it brings back both releases' bytes, and
+    `sm120patch rollback` then retires the journal after checking every file is at its original."""
     import re
     import shlex
 
@@ -376,7 +377,9 @@ def test_journal_damage_advice_is_a_command_that_works(venv: Path) -> None:
     cmd = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *shlex.split(pip_part)[1:]]
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(releases.cache_dir() / "pypi")}
     assert subprocess.run([*cmd, "-q", "--no-compile"], env=env, capture_output=True, timeout=600).returncode == 0
-    assert subprocess.run(shlex.split(rm_part), timeout=60).returncode == 0
+    assert rm_part == f"sm120patch rollback {site}"  # retires the journal once the bytes are the releases'
+    assert sm(*shlex.split(rm_part)[1:]).returncode == 0
+    assert not (site / ".sm120patch").exists()
     assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
     assert sm("status", site).returncode == 0
 
