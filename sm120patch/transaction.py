@@ -237,7 +237,9 @@ class Interrupted(KeyboardInterrupt):
 def all_or_nothing(journals: Sequence[Journal]):  # noqa: ANN201
     """One transaction over every journal a command touches. On any error or Ctrl-C, every byte
     written in every target is put back before the exception goes on (a second Ctrl-C waits:
-    SIGINT is held while undoing); FlashInfer journals are committed before SGLang ones."""
+    SIGINT is held while undoing). Journals commit in the order given: apply passes FlashInfer's
+    first, rollback SGLang's first, so a kill between two commits leaves FlashInfer patched under
+    an SGLang gate that is shut or proven on it, never the other way round."""
     import signal
 
     for j in journals:
