@@ -207,7 +207,7 @@ def test_force_reinstall_of_sglang_then_apply_plans_afresh(venv: Path) -> None:
     assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
 
 
-def test_downgrade_of_sglang_never_gets_the_other_releases_bytes(venv: Path) -> None:
+def test_downgrade_and_upgrade_of_sglang_never_get_the_other_releases_bytes(venv: Path) -> None:
     site = site_of(venv)
     assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
     assert pip(venv, str(wheel("sglang", "0.5.8"))).returncode == 0
@@ -221,9 +221,15 @@ def test_downgrade_of_sglang_never_gets_the_other_releases_bytes(venv: Path) -> 
     r = sm("apply", site, *COMMON, "--ok-blocked", "--json")  # 0.5.8 planned afresh
     assert r.returncode == 0, r.stderr
     assert {a["version"] for a in journal(site)["applied"] if a["package"] == "sglang"} == {"0.5.8"}
+    assert pip(venv, str(wheel("sglang", "0.5.9"))).returncode == 0  # and the upgrade back
+    assert sm("rollback", site, "--force").returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == []  # not one 0.5.8 byte written into 0.5.9
 
 
-def test_upgrade_of_flashinfer_retires_the_backport_and_never_writes_it_back(venv: Path) -> None:
+def test_upgrade_then_downgrade_of_flashinfer_never_leaves_the_gate_over_a_stock_one(venv: Path) -> None:
+    """0.6.3 + backport -> pip 0.6.17 (SM12x kernels of its own) -> apply -> pip 0.6.1 (none) -> apply:
+    the backport is never written into 0.6.17, 0.6.17's bytes never into 0.6.1, and the allreduce
+    gate is never left open over a stock FlashInfer older than 0.6.17."""
     site = site_of(venv)
     assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
     assert pip(venv, str(wheel("flashinfer", "0.6.17"))).returncode == 0
@@ -231,8 +237,14 @@ def test_upgrade_of_flashinfer_retires_the_backport_and_never_writes_it_back(ven
     assert r.returncode in (0, 1), r.stderr
     assert diff_from_release(site, "flashinfer", "0.6.17") == []  # the 0.6.3 backport is not written into 0.6.17
     assert FIX not in applied(site)
+    assert pip(venv, str(wheel("flashinfer", "0.6.1"))).returncode == 0
+    r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    gate_safe(site, "0.6.1")
+    ours = {rel for a in journal(site)["applied"] if a["package"] == "flashinfer" for rel in a["files"]}
+    assert set(diff_from_release(site, "flashinfer", "0.6.1")) <= ours  # only our own recipes' files differ
     assert sm("rollback", site, "--force").returncode == 0
-    assert diff_from_release(site, "flashinfer", "0.6.17") == [] and diff_from_release(site, "sglang", "0.5.9") == []
+    assert diff_from_release(site, "flashinfer", "0.6.1") == [] and diff_from_release(site, "sglang", "0.5.9") == []
 
 
 @pytest.mark.parametrize(
