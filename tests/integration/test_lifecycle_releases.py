@@ -529,3 +529,17 @@ def test_exclude_and_ok_blocked_give_an_image_build_an_exit_status_it_can_trust(
     assert r.returncode == 0 and said[FIX] == "excluded" and said[AR] == "blocked", said
     assert tree(site, "flashinfer") == before and FIX not in applied(site)
     gate_safe(site, "0.6.3")
+
+
+@pytest.mark.parametrize("step", [2, 20])
+def test_ctrl_c_during_a_rollback_leaves_the_site_as_applied(venv: Path, step: int) -> None:
+    """SIGINT inside rollback's writes (the dependents' and the backport's, one transaction): every
+    file is put back as it was applied, exit 130; a plain rollback then restores both wheels."""
+    site = site_of(venv)
+    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    patched = tree(site, "sglang"), tree(site, "flashinfer")
+    r = sm("rollback", site, "--recipe", FIX, env={**os.environ, "SM120PATCH_FAULT": f"int:{step}"})
+    assert r.returncode == 130 and "put back" in r.stderr, (r.returncode, r.stderr)
+    assert (tree(site, "sglang"), tree(site, "flashinfer")) == patched and {FIX, AR} <= set(applied(site))
+    assert sm("rollback", site).returncode == 0
+    assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
