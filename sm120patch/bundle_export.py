@@ -132,7 +132,9 @@ def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tup
         inner = run.make_probe(archs, fi, level)
         return None if inner is None else CapturingProbe(inner, seen)
 
-    plans = plan_many(targets, recipes, Run(run.archs, run.fi, run.level, capturing, run.allow_untested))
+    plans = plan_many(
+        targets, recipes, Run(run.archs, run.fi, run.level, capturing, run.allow_untested, exclude=run.exclude)
+    )
     _kept_plans(targets, recipes, run, plans)
     by_dir = {t.package_dir: t for t in targets}
     total = sum(1 for p in plans if p.status == APPLICABLE)

@@ -107,14 +107,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
         click.echo(f"sm120patch: error: {msg}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("sm120patch: interrupted", err=True)
+    except click.exceptions.Abort as e:  # click's form of Ctrl-C: the interrupt itself is the cause
+        click.echo(f"sm120patch: {getattr(e.__cause__, 'message', 'interrupted')}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as e:
         e.show()
         sys.exit(EXIT_USAGE if e.exit_code == 2 else e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("sm120patch: interrupted", err=True)
+    except KeyboardInterrupt as e:  # an Interrupted says whether the run's writes were put back
+        click.echo(f"sm120patch: {getattr(e, 'message', 'interrupted')}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit:
         raise

@@ -91,6 +91,30 @@ def target_options(f: Any) -> Any:
     return click.argument("paths", nargs=-1, type=click.Path(path_type=Path), metavar="[PATH]...")(f)
 
 
+def choice_options(f: Any) -> Any:
+    """--exclude and --ok-blocked: what an image build needs to run `apply` without `|| true`."""
+    f = click.option(
+        "--ok-blocked",
+        is_flag=True,
+        help="Exit 0 although recipes are `blocked` (their probe did not find the kernels, so their gate "
+        "stays shut: a safe outcome). Failed, stale, reverted and untested recipes still exit 1.",
+    )(f)
+    return click.option(
+        "--exclude",
+        "exclude",
+        multiple=True,
+        metavar="ID",
+        help="Leave this recipe out (repeatable): not probed, not written, reported as `excluded`.",
+    )(f)
+
+
+def check_ids(recipes: Sequence[Recipe], flag: str, ids: Sequence[str]) -> None:
+    """An id no recipe has is a typo: refuse it (exit 2) before anything is planned."""
+    unknown = [i for i in ids if i not in {r.id for r in recipes}]
+    if unknown:
+        raise UserError(f"{flag} {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 recipes_option = click.option(
     "--recipes",
@@ -101,16 +125,18 @@ recipes_option = click.option(
 )
 
 
-def targets_for(paths: Sequence[Path], installed_flag: bool, package: str | None) -> list[Target]:
+def targets_for(
+    paths: Sequence[Path], installed_flag: bool, package: str | None, python: str | None = None
+) -> list[Target]:
     """Every package tree the paths hold (an SGLang clone and a FlashInfer tree, or both in one
-    site-packages), each once; or, with --installed, what this Python imports."""
+    site-packages), each once; or, with --installed, what this Python (or --python EXE) imports."""
     if installed_flag:
         if paths:
             raise UserError("give PATH or --installed, not both")
         found = []
         for pkg in [package] if package else ["sglang", "flashinfer"]:
             try:
-                found.append(installed(pkg))
+                found.append(installed_for(python, pkg))
             except UserError:
                 if package or pkg == "sglang":
                     raise
@@ -122,6 +148,24 @@ def targets_for(paths: Sequence[Path], installed_flag: bool, package: str | None
         for t in discover(path, package):
             out.setdefault(t.package_dir, t)
     return list(out.values())
+
+
+def interrupted(targets: Sequence[Target]) -> str:
+    """The line naming a state a killed run left (its undo is pending), with the one command that
+    finishes it; "" when there is none. `plan` must not blame the release for half-written files."""
+    from sm120patch.journal import Journal
+
+    for root in dict.fromkeys(t.root for t in targets):
+        try:
+            pending = Journal.open(root).data.get("pending")
+        except UserError:
+            continue
+        if pending and pending.get("writes"):
+            return (
+                f"{root}: a run was killed while writing {', '.join(sorted(pending['writes']))}; the plan below "
+                f"reads those half-written files. Run `sm120patch rollback {root}` to finish its undo first"
+            )
+    return ""
 
 
 def emit_json(data: Any) -> None:
@@ -136,6 +180,7 @@ def report(
     show_diff: bool,
     extra: dict[str, Any] | None = None,
     stat: bool = False,
+    ok_blocked: bool = False,
 ) -> int:
     """Print the plans (statuses, then the diff: whole, or with `stat` one line per file) or
     their JSON; returns the exit code their statuses call for."""
@@ -171,7 +216,7 @@ def report(
                 if d:
                     click.echo("")
                     click.echo(paint(d) if colour else d, nl=False)
-    return EXIT_FAILED if any(fails(p.status) for p in plans) else EXIT_OK
+    return EXIT_FAILED if any(fails(p.status, ok_blocked) for p in plans) else EXIT_OK
 
 
 def _print_stat(plans: Sequence[RecipePlan]) -> None:
@@ -225,7 +270,10 @@ def installed_for(python: str | None, package: str) -> Target:
     import subprocess
 
     code = f"import importlib.util as u; s = u.find_spec({package!r}); print(list(s.submodule_search_locations)[0])"
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise UserError(f"--python {python}: cannot run it ({e.strerror}); give the server's interpreter") from None
     if r.returncode != 0:
         raise UserError(f"{python}: {package} is not installed there; give PATH or another --python")
     pkg = Path(r.stdout.strip().splitlines()[-1])

@@ -63,6 +63,7 @@ def level_given(default_from_bundle: str, level: str) -> str:
     is_flag=True,
     help="Export recipes on a release newer than any they were tested on (as `apply --allow-untested`).",
 )
+@common.choice_options
 @json_option
 def export_cmd(
     paths: tuple[Path, ...],
@@ -76,6 +77,8 @@ def export_cmd(
     out: Path,
     force: bool,
     allow_untested: bool,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Write what `apply` would do to PATH as a bundle of patches anyone can apply with git,
@@ -106,7 +109,8 @@ def export_cmd(
     from sm120patch.bundle_export import export
 
     recipes = common.load_recipes(recipe_dir)
-    targets = common.targets_for(paths, installed, package)
+    common.check_ids(recipes, "--exclude", exclude)
+    targets = common.targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
@@ -114,8 +118,9 @@ def export_cmd(
     run = common.make_run(
         targets, archs, level, flashinfer, python or (sys.executable if installed else None), allow_untested
     )
+    run.exclude = frozenset(exclude)
     bundle, _ = export(targets, recipes, run, out, force=force)
-    failed = [r for r in bundle.recipes if fails(r.status)]
+    failed = [r for r in bundle.recipes if fails(r.status, ok_blocked)]
     if as_json:
         emit_json({"bundle": str(bundle.dir), **bundle.to_dict()})
     else:

@@ -13,7 +13,6 @@ from sm120patch import cli_common as common
 from sm120patch.cli_common import (
     arch_option,
     emit_json,
-    installed_for,
     json_option,
     probe_options,
     recipes_option,
@@ -200,7 +199,8 @@ def preflight_cmd(
         sys.exit(code)
 
     recipes = common.load_recipes(recipe_dir)
-    targets = [installed_for(python, package or "sglang")] if path is None else discover(path, package)
+    # what `apply --installed` would patch (both packages where both are installed: bug 13)
+    targets = common.targets_for([], True, package, python) if path is None else discover(path, package)
     archs, arch_note = resolve_archs(arch)
     fi = resolve_flashinfer(targets, flashinfer, python)
     report = preflight(

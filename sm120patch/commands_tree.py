@@ -12,6 +12,8 @@ import click
 from sm120patch import cli_common as common
 from sm120patch.cli_common import (
     arch_option,
+    check_ids,
+    choice_options,
     emit_json,
     json_option,
     probe_options,
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 )
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @click.option("--stat", "stat", is_flag=True, help="One line per file changed (lines added and removed), not the diff.")
+@choice_options
 @json_option
 def plan_cmd(
     paths: tuple[Path, ...],
@@ -54,6 +57,8 @@ def plan_cmd(
     allow_untested: bool,
     no_diff: bool,
     stat: bool,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
@@ -70,12 +75,19 @@ def plan_cmd(
     from sm120patch.transaction import plan_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(paths, installed, package)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
-    plans = plan_many(targets, recipes, common.make_run(targets, archs, level, flashinfer, python, allow_untested))
+    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    plans = plan_many(targets, recipes, run, exclude=exclude)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, stat=stat))
+    killed = common.interrupted(targets)
+    if killed and not as_json:
+        click.echo(killed, err=True)
+    code = report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked, stat=stat,
+                  extra={"interrupted": killed} if killed else None)  # fmt: skip
+    sys.exit(EXIT_FAILED if killed else code)
 
 
 @click.command("apply")
@@ -105,6 +117,7 @@ def plan_cmd(
     "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
     "its releases or bytes are not the bundle's."
 )
+@choice_options
 @json_option
 def apply_cmd(
     paths: tuple[Path, ...],
@@ -122,6 +135,8 @@ def apply_cmd(
     allow_untested: bool,
     no_diff: bool,
     bundle_dir: Path | None,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
     as_json: bool,
 ) -> None:
     """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
@@ -142,9 +157,10 @@ def apply_cmd(
     from sm120patch.transaction import apply_many
 
     if bundle_dir is not None:
-        if only or recipe_dir or allow_untested or package:
+        if only or recipe_dir or allow_untested or package or exclude:
             raise UserError(
-                "--bundle applies the bundle's own recipes: leave out --recipe, --recipes, --package, --allow-untested"
+                "--bundle applies the bundle's own recipes: leave out --recipe, --exclude, --recipes, --package, "
+                "--allow-untested"
             )
         if installed and paths:
             raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
@@ -155,16 +171,17 @@ def apply_cmd(
         sys.exit(code)
 
     recipes = common.load_recipes(recipe_dir)
-    unknown = [i for i in only if i not in {r.id for r in recipes}]
-    if unknown:
-        raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
-    targets = targets_for(paths, installed, package)
+    check_ids(recipes, "--recipe", only)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
     archs, arch_note = resolve_archs(arch)
     if arch_note != "--arch" and not as_json:
         click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
     run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
-    plans = apply_many(targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None)
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff))
+    plans = apply_many(
+        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=exclude
+    )
+    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked))
 
 
 @click.command("rollback")
@@ -180,6 +197,7 @@ def apply_cmd(
     help="Wait this long for another run on the same tree to finish.",
 )
 @recipes_option
+@click.option("--python", "python", metavar="EXE", help="With --installed: the packages this interpreter imports.")
 @json_option
 def rollback_cmd(
     paths: tuple[Path, ...],
@@ -189,6 +207,7 @@ def rollback_cmd(
     force: bool,
     wait_s: float,
     recipe_dir: Path | None,
+    python: str | None,
     as_json: bool,
 ) -> None:
     """Restore the original bytes of every file sm120patch changed (or only --recipe ID's).
@@ -196,12 +215,18 @@ def rollback_cmd(
     Also finishes an apply that was killed midway, returning those files to their
     state before it. Refuses to overwrite a file you edited after apply unless --force.
     Rolling back a FlashInfer recipe first rolls back the SGLang recipes that were
-    proven on it (in any tree), and says so; SGLang trees go before FlashInfer ones.
+    proven on it (in any tree, one site-packages too), and says so; SGLang trees go
+    before FlashInfer ones.
+
+    What pip changed since apply is seen, not fought: a recipe whose files pip put back
+    at the release's bytes is `replaced-by-pip`, one applied to another version of the
+    package `other-release`; both are retired (the journal only) and their recorded
+    bytes are never written, not even with --force. Ctrl-C puts back what was written.
     """
     from sm120patch.transaction import rollback_many
 
     recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(paths, installed, package)
+    targets = targets_for(paths, installed, package, python)
     results = rollback_many(targets, recipes, ids=ids or None, force=force, wait_s=wait_s)
     if as_json:
         emit_json({"targets": results})
@@ -210,7 +235,9 @@ def rollback_cmd(
         t = r["target"]
         if r.get("because"):
             click.echo(f"{t['package']} at {t['root']}: rolled back too, {r['because']}")
-        if not r["rolled_back"] and not r["recovered"]:
+        for x in r.get("retired", []):
+            click.echo(f"{t['package']} at {t['root']}: {x['state']:<15} {x['id']}: {x['why']}")
+        if not r["rolled_back"] and not r["recovered"] and not r.get("retired"):
             click.echo(f"{t['package']} at {t['root']}: nothing to roll back")
             continue
         if r["recovered"]:
@@ -251,7 +278,7 @@ def status_cmd(
     """
     from sm120patch import engine
 
-    targets = targets_for(paths, installed, package)
+    targets = targets_for(paths, installed, package, python)
     recipes = common.load_recipes(recipe_dir)
     archs = _status_archs(targets, arch)
     probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
@@ -260,7 +287,15 @@ def status_cmd(
 
     for t, r in zip(targets, results, strict=True):
         r["verify"] = record.read(t.root)
-    bad = any(r["interrupted"] or r["stale"] or any(f["state"] != "as-applied" for f in r["files"]) for r in results)
+    bad = any(
+        r["interrupted"]
+        or r["stale"]
+        or r["retire"]
+        or r["damaged"]
+        or r["legacy"]
+        or any(f["state"] != "as-applied" for f in r["files"])
+        for r in results
+    )
     if as_json:
         emit_json({"targets": results})
         sys.exit(EXIT_FAILED if bad else EXIT_OK)
@@ -272,12 +307,20 @@ def status_cmd(
                 f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
                 f"run `sm120patch rollback {t['root']}`"
             )
+        if r["damaged"]:
+            click.echo(f"  DAMAGED JOURNAL: {r['damaged']}")
+        if r["legacy"]:
+            click.echo(f"  note: {r['legacy']}")
         if not r["applied"]:
             click.echo("  nothing applied")
         for a in r["applied"]:
             check = a.get("recheck") or {}
             word = "STALE   " if check.get("holds") is False else "applied "
+            if a.get("state", "applied") != "applied":
+                word = a["state"]
             click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
+            if a.get("why"):
+                click.echo(f"           {a['why']}: `sm120patch apply {t['root']}` plans this release afresh")
             if check.get("reason"):
                 click.echo(f"           {check['reason']}")
             if a.get("rollback"):
@@ -298,7 +341,7 @@ def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arc
 
     if given:
         return resolve_archs(given)[0]
-    names = {n for t in targets for a in Journal.open(t.root).applied for n in str(a.get("arch", "")).split(",") if n}
+    names = {n for t in targets for a in Journal.open(t.root).entries(t.package) for n in a.archs}
     return sorted({parse_arch(n) for n in names})
 
 

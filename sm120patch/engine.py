@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
 from sm120patch.journal import Journal, sha256
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, REVERTED, STALE, RecipePlan, plan
+from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, STALE, RecipePlan, plan
 from sm120patch.recheck import Recheck, recheck
 from sm120patch.recipes import Recipe, load_recipes
 from sm120patch.targets import Target, discover
@@ -41,27 +41,35 @@ class FileState:
 
 
 def applied_reasons(journal: Journal, target: Target) -> dict[str, str]:
-    """Recipes the journal holds for this target's package, with a one-line reason."""
+    """Recipes the journal holds for this target's package, with a one-line reason. Those pip
+    made obsolete (`pipstate`) are left out: the release is planned afresh for them."""
+    from sm120patch.pipstate import obsolete
+
+    gone = {r.id for r in obsolete(journal, target)}
     out = {}
-    for a in journal.applied:
-        if a.get("package", target.package) != target.package:
+    for a in journal.entries(target.package):
+        if a.id in gone:
             continue
-        states = [file_state(journal, rel) for rel in a["files"]]
-        edited = [s for s in states if s != "as-applied"]
-        out[a["id"]] = f"applied {a.get('at', '')}".strip() + (
+        edited = [rel for rel in a.files if file_state(journal, rel) != "as-applied"]
+        out[a.id] = f"applied {a.raw.get('at', '')}".strip() + (
             f"; {len(edited)} file(s) changed since" if edited else ""
         )
     return out
 
 
 def file_state(journal: Journal, rel: str) -> str:
+    """as-applied | changed-since-apply (a user edit) | replaced-by-pip (back at its original
+    bytes) | missing."""
     entry = journal.file(rel)
     path = journal.root / rel
     if not path.exists():
         return "missing"
     if entry is None:
         return "as-applied"
-    return "as-applied" if sha256(path.read_bytes()) == entry.current else "changed-since-apply"
+    now = sha256(path.read_bytes())
+    if now == entry.current:
+        return "as-applied"
+    return "replaced-by-pip" if now == entry.original else "changed-since-apply"
 
 
 def make_plan(
@@ -73,12 +81,11 @@ def make_plan(
     allow_untested: bool = False,
 ) -> list[RecipePlan]:
     """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`,
-    an applied one whose proof no longer holds is `stale`."""
-    journal = Journal.open(target.root)
-    plans = plan(target, recipes, arch, applied=applied_reasons(journal, target), allow_untested=allow_untested)
-    block_failing(plans, probe)
-    mark_stale(plans, journal, target, probe)
-    return plans
+    an applied one whose proof no longer holds is `stale` (`transaction.plan_many`, one target)."""
+    from sm120patch.transaction import Run, plan_many
+
+    archs = [arch] if isinstance(arch, Arch) else list(arch)
+    return plan_many([target], recipes, Run.with_probe(archs, probe, allow_untested))
 
 
 def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str, ProbeResult]:
@@ -102,11 +109,7 @@ def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str,
 def rechecks(journal: Journal, target: Target, recipes: Sequence[Recipe], probe: Probe | None) -> dict[str, Recheck]:
     """For each recipe applied to this target: does its recorded proof still hold?"""
     by_id = {r.id: r for r in recipes}
-    return {
-        a["id"]: recheck(a, by_id.get(a["id"]), probe)  # type: ignore[arg-type]
-        for a in journal.applied
-        if a.get("package", target.package) == target.package
-    }
+    return {a.id: recheck(a.raw, by_id.get(a.id), probe) for a in journal.entries(target.package)}  # type: ignore[arg-type]
 
 
 def rollback_hint(target: Target, recipe_id: str) -> str:
@@ -152,51 +155,18 @@ def apply(
     commit: bool = False,
     wait_s: float = 0.0,
     only: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
     allow_untested: bool = False,
 ) -> list[RecipePlan]:
-    """Take back what went stale, plan, probe, then journal and write what the probe proved."""
-    journal = Journal.open(target.root)
-    with journal.lock(wait_s):
-        journal.recover()
-        return apply_locked(
-            journal, target, recipes, arch, probe=probe, force=force, commit=commit, only=only,
-            allow_untested=allow_untested,
-        )  # fmt: skip
+    """Take back what went stale, plan, probe, then journal and write what the probe proved:
+    `transaction.apply_many` on one target (every layout runs that one pipeline)."""
+    from sm120patch.transaction import Run, apply_many
 
-
-def apply_locked(
-    journal: Journal,
-    target: Target,
-    recipes: Sequence[Recipe],
-    arch: Arch | Sequence[Arch],
-    *,
-    probe: Probe | None,
-    force: bool,
-    commit: bool,
-    only: Sequence[str] | None,
-    allow_untested: bool,
-) -> list[RecipePlan]:
-    """`apply` with the tree's journal already locked and recovered (one of several targets)."""
     archs = [arch] if isinstance(arch, Arch) else list(arch)
-    stale = take_back_stale(journal, target, recipes, archs, probe)
-    applied = applied_reasons(journal, target)
-    plans = plan(target, recipes, archs, applied=applied, allow_untested=allow_untested)
-    if only:
-        # plan the chosen ones on their own, so their before-bytes are the tree's and not
-        # another recipe's output; the others are still reported
-        plans = replan(target, recipes, archs, applied, plans, set(only), allow_untested)
-    todo = [p for p in plans if p.status == APPLICABLE and (not only or p.recipe.id in only)]
-    proofs = block_failing(todo, probe)
-    keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
-    if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
-        plans = replan(target, recipes, archs, applied, plans, keep, allow_untested)
-    for p in plans:
-        if p.recipe.id in stale:
-            p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
-    write_proven(
-        journal, target, recipes, archs, [p for p in plans if p.recipe.id in keep], proofs, force=force, commit=commit
-    )
-    return plans
+    return apply_many(
+        [target], recipes, Run.with_probe(archs, probe, allow_untested),
+        force=force, commit=commit, wait_s=wait_s, only=only, exclude=exclude,
+    )  # fmt: skip
 
 
 def write_proven(
@@ -210,13 +180,27 @@ def write_proven(
     force: bool,
     commit: bool,
 ) -> None:
-    """Journal and write the recipes whose probe passed (each keeps its proof), then commit."""
+    """Journal and write the recipes whose probe passed (each keeps its proof), then commit.
+    (An empty journal is removed once the command lets go of it, never midway: bug 3.)"""
     if not todo:
-        journal.remove_if_empty()
         return
-    _write(journal, target, todo, proofs, ",".join(a.name for a in archs), force)
+    start = None
     if commit and target.is_git:
-        _commit(journal, target, recipes, archs, todo, ",".join(a.name for a in archs))
+        from sm120patch.gitops import where
+
+        start = where(target.root)
+    _write(journal, target, todo, proofs, ",".join(a.name for a in archs), force)
+    if start is not None:
+        for a in journal.applied[-len(todo) :]:
+            a["git"] = start  # where rollback returns HEAD and the index to
+        journal.save()
+        try:
+            _commit(journal, target, recipes, archs, todo, ",".join(a.name for a in archs))
+        except BaseException:
+            from sm120patch.gitops import go_back
+
+            go_back(target.root, start)  # the command's transaction puts the files back
+            raise
 
 
 def replan(
@@ -253,7 +237,7 @@ def take_back_stale(
         journal.save()
     gone = {i: c.reason for i, c in checks.items() if not c.holds}
     if gone:
-        _rollback_locked(journal, target, recipes, archs, list(gone), force=False)
+        rollback_locked(journal, target, recipes, archs, list(gone), force=False)
     return gone
 
 
@@ -292,6 +276,9 @@ def _write(
         journal.keep_copy(rel)
     journal.write(final)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    from sm120patch.pipstate import installed_version
+
+    dist, source = installed_version(target)
     for p in todo:
         proof = proofs.get(p.recipe.id)
         journal.applied.append(
@@ -302,13 +289,14 @@ def _write(
                 "files": p.files,
                 "at": stamp,
                 "arch": arch_names,
-                "version": target.version,
+                "version": target.version or "",
+                **({"dist_version": dist} if source == "dist-info" and dist else {}),
                 "evidence": proof.record() if proof else {"level": "none"},
             }
         )
         p.status = APPLIED
         p.reason = f"applied to {', '.join(p.files)}" + (f"; {proof.reason}" if proof and p.recipe.needs else "")
-    journal.data.update(package=target.package, version=target.version)
+    journal.data.setdefault("dists", {})[target.package] = target.version  # per package: a site holds two
     journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch_names)
     journal.save()
 
@@ -323,31 +311,22 @@ def rollback(
     wait_s: float = 0.0,
     missing_ok: bool = False,
 ) -> dict[str, Any]:
-    """Take recipes back out (all by default), restoring the recorded original bytes.
-    `missing_ok`: ids not applied here are skipped instead of refused (a dependent that
-    was already rolled back)."""
-    journal = Journal.open(target.root)
-    if not journal.exists and not journal.dir.exists():
-        return {"rolled_back": [], "recovered": [], "kept_copies": [], "remaining": []}
-    with journal.lock(wait_s):  # (a folder without journal.json is what a killed run left: cleaned below)
-        recovered = journal.recover()
-        unknown = [i for i in ids or [] if i not in journal.applied_ids()]
-        if unknown and missing_ok:
-            ids = [i for i in ids or [] if i in journal.applied_ids()]
-            if not ids:
-                return {"rolled_back": [], "recovered": recovered, "kept_copies": [], "remaining": []}
-        elif unknown:
-            raise UserError(
-                f"{target.root}: {', '.join(unknown)} not applied here; "
-                f"applied: {', '.join(journal.applied_ids()) or 'none'}"
-            )
-        result = _rollback_locked(journal, target, recipes, arch, ids, force=force)
-        result["recovered"] = recovered
-        journal.remove_if_empty()
-        return result
+    """Take recipes back out (all by default), restoring the recorded original bytes:
+    `transaction.rollback_many` on one target, so the dependents rule holds here too.
+    `missing_ok`: ids not applied here are skipped instead of refused. Returns this target's
+    result (what other trees rolled back with it is under `also`)."""
+    from sm120patch.transaction import rollback_many
+
+    results = rollback_many([target], recipes, ids=ids, force=force, wait_s=wait_s, missing_ok=missing_ok)
+    mine = next(
+        (r for r in results if r["target"]["root"] == str(target.root) and r["target"]["package"] == target.package),
+        {"rolled_back": [], "recovered": [], "kept_copies": [], "remaining": [], "retired": []},
+    )
+    others = [r for r in results if r is not mine]
+    return {**mine, "also": others} if others else mine
 
 
-def _rollback_locked(
+def rollback_locked(
     journal: Journal,
     target: Target,
     recipes: Sequence[Recipe],
@@ -356,6 +335,8 @@ def _rollback_locked(
     *,
     force: bool,
 ) -> dict[str, Any]:
+    """Roll back `ids` (all of this package's by default) with the journal locked, inside the
+    command's transaction: the kept recipes are replayed over the originals."""
     applied = [a for a in journal.applied if a.get("package", target.package) == target.package]
     drop = [a for a in applied if ids is None or a["id"] in ids]
     keep = [a for a in applied if a not in drop]
@@ -370,6 +351,11 @@ def _rollback_locked(
     new = _replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]
+    started = [a["git"] for a in drop if isinstance(a.get("git"), dict)]
+    if started and target.is_git and not any(isinstance(a.get("git"), dict) for a in keep):
+        from sm120patch.gitops import go_back
+
+        go_back(target.root, started[0])  # the branch and index the first --commit apply started from
     journal.note("rollback", recipes=[a["id"] for a in drop], forced=bool(edited))
     journal.save()
     return {
@@ -433,10 +419,19 @@ def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None =
         else:
             merged[f.rel] = f
     pending = journal.data.get("pending")  # a transaction of the whole tree (both packages in site-packages)
-    checks = rechecks(journal, target, recipes, probe) if recipes else {}
+    from sm120patch.pipstate import obsolete
+
+    pip = {r.id: r for r in obsolete(journal, target)}
+    for f in merged.values():  # a file of an entry from another release is that release's, not an edit
+        if any(pip.get(i) and pip[i].state == "other-release" for i in f.recipes):
+            f.state = "other-release"
+    checks = rechecks(journal, target, [r for r in recipes if r.id not in pip], probe) if recipes else {}
     applied = []
     for a in mine:
-        row = {k: a.get(k) for k in ("id", "at", "arch", "version", "files")}
+        row = {k: a.get(k) for k in ("id", "at", "arch", "version", "dist_version", "files")}
+        row["state"] = pip[a["id"]].state if a["id"] in pip else "applied"
+        if a["id"] in pip:
+            row["why"] = pip[a["id"]].why
         ev = a.get("evidence") or {}
         row["proof"] = {"level": ev.get("level"), "rung": ev.get("rung"), "verdicts": len(ev.get("verdicts") or [])}
         if a["id"] in checks:
@@ -451,7 +446,35 @@ def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None =
         "files": [f.to_dict() for f in merged.values()],
         "interrupted": sorted(pending["writes"]) if pending else [],
         "stale": [a["id"] for a in applied if a.get("recheck", {}).get("holds") is False],
+        "retire": [r.to_dict() for r in pip.values()],
+        "damaged": _damage(journal, target),
+        "legacy": _legacy(target),
     }
+
+
+def _legacy(target: Target) -> str:
+    """A journal an older sm120patch kept in the package folder itself (bug 11's second journal)."""
+    from sm120patch.journal import DIRNAME
+
+    if target.root != target.package_dir and (target.package_dir / DIRNAME / "journal.json").is_file():
+        return (
+            f"an older sm120patch kept a second journal in {target.package_dir}: "
+            f"`sm120patch rollback {target.package_dir}` takes back what it holds"
+        )
+    return ""
+
+
+def _damage(journal: Journal, target: Target) -> str:
+    """Why the journal could not roll this package back, with the commands that fix it; "" when it can."""
+    from sm120patch.journal import damage_advice
+
+    lost = [rel for rel in journal.missing_blobs() if (journal.root / rel).is_relative_to(target.package_dir)]
+    if not lost:
+        return ""
+    return (
+        f"{journal.dir}: the original bytes of {', '.join(lost)} are gone from blobs/, so rollback cannot "
+        f"restore them; {damage_advice(journal.root, journal.dir, readable=True)}"
+    )
 
 
 def _commit(
@@ -485,18 +508,23 @@ def _commit(
         repo.git.commit("-m", f"sm120patch: {p.recipe.id}\n\n{p.recipe.title}\n\nArch: {arch}", "--no-verify")
 
 
+_rollback_locked = rollback_locked  # the name before the pipeline was one
+
+
 # --- entry points other modules (guard, diagnose) use -------------------------------------------
 
 
-def _target_at(path: Path) -> Target:
-    targets = discover(path)
-    return targets[0]
-
-
 def applied_recipes(target_path: Path) -> set[str]:
-    """Recipe ids the journal at `target_path` says are applied."""
-    t = _target_at(target_path)
-    return set(Journal.open(t.root).applied_ids())
+    """Recipe ids applied at `target_path` (every package it holds), as guard and diagnose should
+    see them: those pip has since replaced or that belong to another release are not applied."""
+    from sm120patch.pipstate import obsolete
+
+    out: set[str] = set()
+    for t in discover(target_path):
+        journal = Journal.open(t.root)
+        gone = {r.id for r in obsolete(journal, t)}
+        out |= {a["id"] for a in journal.applied if a.get("package", t.package) == t.package and a["id"] not in gone}
+    return out
 
 
 def stale_recipes(target_path: Path, level: str = "static") -> dict[str, str]:
@@ -518,11 +546,29 @@ def stale_recipes(target_path: Path, level: str = "static") -> dict[str, str]:
     return out
 
 
-def rollback_recipes(target_path: Path, recipe_ids: list[str]) -> list[str]:
-    """Roll back these recipes where applied; returns the ids actually rolled back."""
-    t = _target_at(target_path)
-    applied = set(Journal.open(t.root).applied_ids())
-    ids = [i for i in recipe_ids if i in applied]
+class RolledBack(list):  # noqa: FURB189 - a list guard already reads, plus the reasons
+    """The ids rolled back, and for each id asked for that was not, why (guard prints it)."""
+
+    def __init__(self, done: Sequence[str], reasons: dict[str, str]) -> None:
+        super().__init__(done)
+        self.reasons = reasons
+
+
+def rollback_recipes(target_path: Path, recipe_ids: list[str]) -> RolledBack:
+    """Roll back these recipes wherever they are applied at `target_path` (every package it
+    holds: one site-packages holds both), with their dependents (the same pipeline as
+    `sm120patch rollback`); returns the ids rolled back or retired, and why any other was not."""
+    from sm120patch.transaction import rollback_many
+
+    targets = discover(target_path)
+    held = {a["id"] for t in targets for a in Journal.open(t.root).applied}
+    reasons = {i: f"not applied at {target_path} (the journal does not hold it)" for i in recipe_ids if i not in held}
+    ids = [i for i in recipe_ids if i in held]
     if not ids:
-        return []
-    return rollback(t, load_recipes(), ids=ids)["rolled_back"]
+        return RolledBack([], reasons)
+    try:
+        results = rollback_many(targets, load_recipes(), ids=ids)
+    except UserError as e:
+        return RolledBack([], {**reasons, **{i: str(e) for i in ids}})
+    done = [i for r in results for i in r["rolled_back"]] + [x["id"] for r in results for x in r.get("retired", [])]
+    return RolledBack(list(dict.fromkeys(done)), reasons)

@@ -36,6 +36,42 @@ def dirty_files(root: Path, rels: list[str]) -> list[str]:
     return [line[3:].strip() for line in out.splitlines() if line.strip()]
 
 
+def identity_problem(root: Path) -> str | None:
+    """Why `git commit` would refuse in `root` (no user.name/user.email), with the fix; None when it
+    would not. Asked before a byte is written: `--commit` must not fail after the files changed."""
+    import shlex
+
+    for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        code, _, err = _run(root, "var", var)
+        if code != 0:
+            last = (err.strip().splitlines() or ["identity unknown"])[-1].removeprefix("fatal: ")
+            q = shlex.quote(str(root))
+            return (
+                f"{root}: git has no identity to commit with ({last}); run `git -C {q} config user.name "
+                f"'Your Name' && git -C {q} config user.email you@example.com`, or leave out --commit"
+            )
+    return None
+
+
+def where(root: Path) -> dict[str, str | None]:
+    """The branch (None when detached), HEAD and index tree a `--commit` apply starts from."""
+    _, branch, _ = _run(root, "symbolic-ref", "--short", "-q", "HEAD")
+    _, head, _ = _run(root, "rev-parse", "-q", "--verify", "HEAD")
+    _, index, _ = _run(root, "write-tree")
+    return {"branch": branch.strip() or None, "head": head.strip() or None, "index": index.strip() or None}
+
+
+def go_back(root: Path, start: dict[str, str | None]) -> None:
+    """Return HEAD and the index to where a `--commit` apply started (the work tree is the caller's:
+    rollback has just written the original bytes back). The sm120patch/<arch> branch is kept."""
+    if start.get("branch"):
+        _run(root, "symbolic-ref", "HEAD", f"refs/heads/{start['branch']}")
+    elif start.get("head"):
+        _run(root, "update-ref", "--no-deref", "HEAD", str(start["head"]))
+    if start.get("index"):
+        _run(root, "read-tree", str(start["index"]))
+
+
 def git_path(root: Path, name: str) -> Path | None:
     """Where git keeps `name` (e.g. info/exclude) for the repo at root: worktrees and submodules differ."""
     code, out, _ = _run(root, "rev-parse", "--git-path", name, timeout=30)

@@ -408,14 +408,15 @@ def _roll_back(opts: GuardOptions, att: Attempt, rollback: RollbackFn, log: Guar
         return []
     log(f"rolling back {', '.join(ids)} in {opts.target}")
     try:
-        done = list(rollback(opts.target, ids))
+        result = rollback(opts.target, ids)
     except Exception as e:  # report, never crash the supervisor
         log(f"rollback failed: {e}")
         return []
+    done = list(result)
     log(f"rolled back: {', '.join(done) if done else 'nothing'}")
-    missed = [r for r in ids if r not in done]
-    if missed:
-        log(f"not rolled back: {', '.join(missed)}; run: {rollback_command(opts.target, missed)}")
+    reasons: dict[str, str] = getattr(result, "reasons", {})  # the engine says why it left one
+    for r in [r for r in ids if r not in done]:
+        log(f"not rolled back: {r}: {reasons.get(r, 'no reason given')}; run: {rollback_command(opts.target, [r])}")
     return done
 
 

@@ -43,7 +43,7 @@ DIRNAME = ".sm120patch"
 TMP_SUFFIX = ".sm120patch-tmp"
 
 # Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
-# process; SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
+# process (int:N: SIGINT, a Ctrl-C); SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
 _FAULT = os.environ.get("SM120PATCH_FAULT", "")
 _FAULT_TRACE = os.environ.get("SM120PATCH_FAULT_TRACE", "")
 _fault_steps = 0
@@ -59,6 +59,8 @@ def _fault(step: str) -> None:
             f.write(f"{_fault_steps}\t{time.monotonic():.6f}\t{step}\n")
     if f"kill:{_fault_steps}" == _FAULT:
         os.kill(os.getpid(), signal.SIGKILL)
+    if f"int:{_fault_steps}" == _FAULT:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 class WriteError(JournalError, OSError):
@@ -114,6 +116,32 @@ def state_dir_for(root: Path) -> Path:
     return base / "sm120patch" / hashlib.sha256(str(root).encode()).hexdigest()[:16]
 
 
+def damage_advice(root: Path, directory: Path, readable: bool = False) -> str:
+    """The exact commands that bring a tree back without its journal (pip keeps `.sm120patch/`,
+    so "reinstall" alone never works): the release's own bytes back, then the journal retired.
+    A journal that still reads (`readable`: only blobs lost) is retired by `sm120patch rollback`,
+    which checks first that every file is back at its original bytes; one that does not, removed."""
+    import re
+    import shlex
+
+    q, jd = shlex.quote(str(root)), shlex.quote(str(directory))
+    retire = f"sm120patch rollback {q}" if readable else f"rm -rf {jd}"
+    if (root / ".git").exists():
+        return f"run `git -C {q} checkout -- . && {retire}` (the clone's committed bytes back, the journal retired)"
+    pins = []
+    for dist, pkg in (("sglang", "sglang"), ("flashinfer_python", "flashinfer-python")):
+        for meta in sorted(root.glob(f"{dist}-*.dist-info/METADATA")):
+            m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
+            if m:
+                pins.append(f"{pkg}=={m.group(1)}")
+    if pins:
+        return (
+            f"run `pip install --force-reinstall --no-deps {' '.join(pins)} && {retire}` with the pip of that "
+            "environment (the releases' own bytes back, the journal retired), or restore the journal from a backup"
+        )
+    return f"restore the tree's files from their release, then `{retire}`; or restore the journal from a backup"
+
+
 def _safe_rel(rel: Any) -> bool:
     """A journal path: relative, POSIX, inside the tree, and a name any filesystem can hold
     (no part over 255 bytes: a hand-edited journal must not turn into an OS error later)."""
@@ -150,6 +178,14 @@ def _problem(data: dict[str, Any]) -> str | None:
         writes = pending.get("writes") if isinstance(pending, dict) else None
         if not isinstance(writes, dict):
             return "pending lacks its writes"
+        if not isinstance(pending.get("applied_before", []), list) or not isinstance(
+            pending.get("files_before", {}), dict
+        ):
+            return "pending has a damaged snapshot"
+        if "applied_before" in pending:
+            inner = _problem({"files": pending.get("files_before", {}), "applied": pending["applied_before"]})
+            if inner:
+                return f"pending snapshot: {inner}"
         for rel, w in writes.items():
             if not _safe_rel(rel):
                 return f"pending: {rel!r} is not a path inside the tree"
@@ -167,6 +203,81 @@ class FileEntry:
     mode: int
 
 
+@dataclass(frozen=True)
+class Dependent:
+    """An SGLang recipe proven on a FlashInfer recipe: it goes when that recipe goes."""
+
+    root: Path
+    package: str
+    id: str
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Dependent:
+        return cls(Path(str(raw.get("root", ""))), str(raw.get("package", "sglang")), str(raw.get("id", "")))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"root": str(self.root), "package": self.package, "id": self.id}
+
+
+class Applied:
+    """One applied recipe, typed, over its journal.json record (which stays the storage, so the
+    file keeps its readable shape and unknown keys of newer versions survive a load and save)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+    def package_or(self, default: str) -> str:
+        """The package (journals of the first versions did not record it: the tree's own)."""
+        return str(self.raw.get("package") or default)
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.raw.get("files") or [])
+
+    @property
+    def archs(self) -> list[str]:
+        return [n for n in str(self.raw.get("arch", "")).split(",") if n]
+
+    @property
+    def version(self) -> str | None:
+        """The package version the tree said at apply."""
+        return self.raw.get("version") or None
+
+    @property
+    def dist_version(self) -> str | None:
+        """The installed distribution's version at apply (dist-info), where there was one."""
+        return self.raw.get("dist_version") or None
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        return self.raw.get("evidence") or {}
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        return list(self.evidence.get("verdicts") or [])
+
+    @property
+    def dependents(self) -> list[Dependent]:
+        return [Dependent.of(d) for d in self.raw.get("dependents") or [] if isinstance(d, dict)]
+
+    def add_dependent(self, dep: Dependent) -> None:
+        deps = self.raw.setdefault("dependents", [])
+        if dep.to_dict() not in deps:
+            deps.append(dep.to_dict())
+
+    @property
+    def git(self) -> dict[str, Any] | None:
+        """Where a `--commit` apply started (branch, HEAD, index), for rollback to return to."""
+        g = self.raw.get("git")
+        return g if isinstance(g, dict) else None
+
+
 class Journal:
     """Load, change and save one tree's journal. Use `Journal.open(root)` under `lock()`."""
 
@@ -174,26 +285,27 @@ class Journal:
         self.root = root
         self.dir = directory
         self.data = data
+        self._txn = False  # inside begin()..commit(): one transaction for the whole command
+        self._saved_in_txn = False
+        self.recovered: list[str] = []  # files the last lock's recovery put back
 
     # --- loading and saving -----------------------------------------------------
 
     @classmethod
     def open(cls, root: Path) -> Journal:
         directory = state_dir_for(root)
-        return cls(root, directory, cls._read(directory))
+        return cls(root, directory, cls._read(directory, root))
 
     @staticmethod
-    def _read(directory: Path) -> dict[str, Any]:
+    def _read(directory: Path, root: Path | None = None) -> dict[str, Any]:
+        root = root if root is not None else directory.parent
         path = directory / "journal.json"
         if not path.exists():
             return {"schema": SCHEMA, "applied": [], "files": {}, "pending": None, "history": []}
         try:
             data = json.loads(path.read_bytes())
         except (OSError, ValueError, RecursionError) as e:
-            raise JournalError(
-                f"{path}: unreadable journal ({e}); restore it from a backup, "
-                f"or reinstall the package if you no longer need to roll back"
-            ) from None
+            raise JournalError(f"{path}: unreadable journal ({e}); {damage_advice(root, directory)}") from None
         if (
             not isinstance(data, dict)
             or data.get("schema") != SCHEMA
@@ -201,15 +313,12 @@ class Journal:
             or not isinstance(data.get("applied"), list)
         ):
             raise JournalError(
-                f"{path}: not a journal of schema {SCHEMA}; "
-                "it was written by another sm120patch version or edited by hand"
+                f"{path}: not a journal of schema {SCHEMA} (written by another sm120patch version, or edited "
+                f"by hand): roll back with the version that wrote it, or {damage_advice(root, directory)}"
             )
         problem = _problem(data)
         if problem:
-            raise JournalError(
-                f"{path}: damaged journal ({problem}); restore it from a backup, "
-                "or reinstall the package if you no longer need to roll back"
-            )
+            raise JournalError(f"{path}: damaged journal ({problem}); {damage_advice(root, directory)}")
         return data
 
     @property
@@ -217,6 +326,7 @@ class Journal:
         return (self.dir / "journal.json").exists()
 
     def save(self) -> None:
+        self._saved_in_txn = self._saved_in_txn or self._txn
         self.dir.mkdir(parents=True, exist_ok=True)
         self.data["schema"] = SCHEMA
         self.data["tool_version"] = __version__
@@ -264,7 +374,7 @@ class Journal:
                 break
             os.close(fd)
         try:
-            self.data = self._read(self.dir)
+            self.data = self._read(self.dir, self.root)
             yield
         finally:
             if self.dir.is_dir() and not (self.dir / "journal.json").exists() and not (self.dir / "saved").exists():
@@ -300,6 +410,11 @@ class Journal:
     def applied_ids(self) -> list[str]:
         return [a["id"] for a in self.applied]
 
+    def entries(self, package: str | None = None) -> list[Applied]:
+        """The applied recipes, typed (of `package` only, when given), in the order applied."""
+        out = [Applied(a) for a in self.applied]
+        return [e for e in out if e.package_or(package) == package] if package else out
+
     def file(self, rel: str) -> FileEntry | None:
         f = self.data["files"].get(rel)
         return FileEntry(f["original"], f["current"], f["mode"]) if f else None
@@ -309,14 +424,28 @@ class Journal:
             data = (self.dir / "blobs" / digest).read_bytes()
         except OSError:
             raise JournalError(
-                f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file, "
-                "reinstall the package to get the original back"
+                f"{self.dir}: blob {digest[:12]} is missing; the journal cannot restore that file: "
+                f"{damage_advice(self.root, self.dir, readable=True)}"
             ) from None
         if sha256(data) != digest:
             raise JournalError(
-                f"{self.dir}: blob {digest[:12]} is corrupt; reinstall the package to get the original back"
+                f"{self.dir}: blob {digest[:12]} is corrupt; the journal cannot restore that file: "
+                f"{damage_advice(self.root, self.dir, readable=True)}"
             )
         return data
+
+    def missing_blobs(self) -> list[str]:
+        """Files whose original bytes the journal can no longer give back (blob gone or damaged)."""
+        out = []
+        for rel, f in sorted(self.data["files"].items()):
+            path = self.dir / "blobs" / f["original"]
+            try:
+                ok = sha256(path.read_bytes()) == f["original"]
+            except OSError:
+                ok = False
+            if not ok:
+                out.append(rel)
+        return out
 
     def original(self, rel: str) -> bytes:
         entry = self.file(rel)
@@ -339,12 +468,65 @@ class Journal:
 
     # --- transactions ------------------------------------------------------------------
 
-    def write(self, new: dict[str, bytes]) -> None:
-        """Replace files (rel -> bytes) as one recoverable transaction; caller saves `applied` after."""
+    def begin(self) -> None:
+        """Open one transaction for a whole command: every `write` until `commit` joins it, and
+        `recover` (a later run's, or this one's on an error or Ctrl-C) puts back every file it
+        wrote and the journal's entries as they were, so a command leaves all or nothing."""
         if self.data.get("pending"):
             raise JournalError(f"{self.dir}: an interrupted run is pending; run `sm120patch rollback {self.root}`")
-        pending: dict[str, dict[str, str]] = {}
+        self.data["pending"] = {
+            "started": time.time(),
+            "writes": {},
+            "applied_before": json.loads(json.dumps(self.data["applied"])),
+            "files_before": json.loads(json.dumps(self.data["files"])),
+        }
+        self._txn = True
+        self._saved_in_txn = False
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._txn
+
+    def commit(self) -> None:
+        """Close the command's transaction: what it wrote stays. Saved only when something was."""
+        if not self.in_transaction:
+            return
+        self._txn = False
+        self.data["pending"] = None
+        self._drop_unchanged()
+        if self.exists or self.applied or self.data["files"]:
+            self.save()
+
+    def abandon(self) -> list[str]:
+        """Undo the command's transaction (an error or Ctrl-C): every file it wrote back as it was.
+        A transaction that neither wrote nor saved leaves the journal's bytes untouched."""
+        if not self.in_transaction:
+            return []
+        self._txn = False
+        pending = self.data.get("pending") or {}
+        if not pending.get("writes") and not self._saved_in_txn:
+            self.data["pending"] = None
+            self.data["applied"] = pending.get("applied_before", self.applied)
+            self.data["files"] = pending.get("files_before", self.data["files"])
+            return []
+        return self.recover()
+
+    def _drop_unchanged(self) -> None:
+        for rel in list(self.data["files"]):  # files back to their original need no entry
+            f = self.data["files"][rel]
+            if f["current"] == f["original"]:
+                del self.data["files"][rel]
+
+    def write(self, new: dict[str, bytes]) -> None:
+        """Replace files (rel -> bytes) as one recoverable transaction; caller saves `applied` after.
+        Inside `begin`..`commit` the writes join the command's transaction (undone together)."""
+        own = not self.in_transaction
+        if own:
+            self.begin()
+        pending = self.data["pending"]
+        writes: dict[str, dict[str, str]] = pending["writes"]
         saved_files = json.loads(json.dumps(self.data["files"]))
+        saved_writes = json.loads(json.dumps(writes))
         try:
             for rel, data in sorted(new.items()):
                 path = self._path(rel)
@@ -359,13 +541,16 @@ class Journal:
                 if entry is None:
                     entry = {"original": b_sha, "current": b_sha, "mode": path.stat().st_mode & 0o7777}
                     self.data["files"][rel] = entry
-                pending[rel] = {"before": b_sha, "after": sha256(data)}
-            self.data["pending"] = {"started": time.time(), "writes": pending}
+                first = writes.get(rel, {}).get("before", b_sha)  # an earlier write of this command
+                writes[rel] = {"before": first, "after": sha256(data)}
             self.save()  # the undo data is on disk before the first file changes
-        except OSError as e:  # nothing in the tree changed yet
-            self.data["files"], self.data["pending"] = saved_files, None
-            with contextlib.suppress(OSError):
-                self.remove_if_empty()
+        except OSError as e:  # nothing in the tree changed by this write
+            self.data["files"] = saved_files
+            pending["writes"] = saved_writes
+            if own:
+                self._txn, self.data["pending"] = False, None
+                with contextlib.suppress(OSError):
+                    self.remove_if_empty()
             raise WriteError(
                 f"{e.filename or self.dir}: cannot read or write ({e.strerror or e}); nothing was changed. "
                 "Make it readable/writable (or run as the tree's owner) and run the command again"
@@ -374,20 +559,20 @@ class Journal:
             for rel, data in sorted(new.items()):
                 path = self.root / rel
                 atomic_write(path, data, self.data["files"][rel]["mode"])
-                self.data["files"][rel]["current"] = pending[rel]["after"]
+                self.data["files"][rel]["current"] = writes[rel]["after"]
         except OSError as e:  # put back what was written, then say which file refused
             with contextlib.suppress(OSError, UserError):
+                self._txn = False
                 self.recover()
                 self.remove_if_empty()
             raise WriteError(
                 f"{path}: cannot write ({e.strerror or e}); nothing was changed. Make it and its folder "
                 "writable (chmod u+w), free disk space, or run as the tree's owner, then run the command again"
             ) from None
-        self.data["pending"] = None
-        for rel in list(self.data["files"]):  # files back to their original need no entry
-            f = self.data["files"][rel]
-            if f["current"] == f["original"]:
-                del self.data["files"][rel]
+        if own:
+            self._txn = False
+            self.data["pending"] = None
+            self._drop_unchanged()
 
     def recover(self) -> list[str]:
         """Undo an interrupted transaction: every file back to its before-bytes. Returns rel paths restored."""
@@ -409,17 +594,19 @@ class Journal:
                 restored.append(rel)
             if rel in self.data["files"]:
                 self.data["files"][rel]["current"] = w["before"]
+        if isinstance(pending.get("applied_before"), list) and isinstance(pending.get("files_before"), dict):
+            # a command transaction: the journal's entries as they were before it
+            self.data["applied"], self.data["files"] = pending["applied_before"], pending["files_before"]
         self.data["pending"] = None
-        for rel in list(self.data["files"]):
-            f = self.data["files"][rel]
-            if f["current"] == f["original"]:
-                del self.data["files"][rel]
+        self._drop_unchanged()
         self.note("recover", files=restored)
         self.save()
         return restored
 
     def remove_if_empty(self) -> bool:
         """Delete the journal folder once nothing is applied and no user copy is kept."""
+        if self.in_transaction or not self.dir.is_dir():
+            return False
         if self.applied or self.data["files"] or self.data.get("pending") or (self.dir / "saved").exists():
             return False
         self._remove_all()

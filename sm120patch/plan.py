@@ -26,6 +26,7 @@ from sm120patch.status import (  # noqa: F401 (the vocabulary, re-exported for t
     APPLICABLE,
     APPLIED,
     BLOCKED,
+    EXCLUDED,
     FAILED,
     NOT_APPLICABLE,
     REVERTED,
@@ -313,9 +314,8 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
             continue
         rel = [ws.target.rel(p) for p, _ in outcomes]
         if transform.ONE_SITE and any(o.satisfied for _, o in outcomes):
-            return EditResult(
-                edit.name, "satisfied", [r for r, (_, o) in zip(rel, outcomes, strict=True) if o.satisfied]
-            )
+            sat = [p for p, o in outcomes if o.satisfied]
+            return _satisfied(ws, edit, sat)
         changed = [(p, o) for p, o in outcomes if o.module is not None]
         if transform.ONE_SITE:
             changed = changed[:1]
@@ -334,8 +334,30 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
         notes = [n for _, o in outcomes for n in o.notes]
         if notes:
             return EditResult(edit.name, "error", rel, "; ".join(notes))
-        return EditResult(edit.name, "satisfied", rel)
+        return _satisfied(ws, edit, [p for p, _ in outcomes])
     return EditResult(edit.name, "missing", [], transform.describe_missing())
+
+
+def _satisfied(ws: Workspace, edit: Edit, paths: Sequence[Path]) -> EditResult:
+    """An edit the code already does counts only when every name the gate's functions read is
+    bound: a gate opened by hand that names an unbound `_is_sm120_supported` would raise NameError
+    on SM12x, so it is an error, named with the fix (the same rule our own edits are held to)."""
+    from sm120patch.transforms.bindings import unbound_reads
+
+    rel = [ws.target.rel(p) for p in paths]
+    for path in paths:
+        missing = unbound_reads(ws.source(path), edit.functions)
+        if missing:
+            where = ws.target.rel(path)
+            return EditResult(
+                edit.name,
+                "error",
+                [where],
+                f"{where} already opens this gate, but {', '.join(sorted(missing))} is bound nowhere in the "
+                "module (NameError on the GPU the gate admits): bind it, or restore the file from the release "
+                "and apply again",
+            )
+    return EditResult(edit.name, "satisfied", rel)
 
 
 def _run_diff(ws: Workspace, edit: Edit) -> EditResult:

@@ -58,6 +58,7 @@ def preflight(
     else:
         pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
     rows = []
+    stands_on = _stands_on(pairs)
     for t, p in pairs:
         verdicts = p.probe
         rows.append(
@@ -68,7 +69,13 @@ def preflight(
                 "reason": p.reason,
                 "probe": verdicts,
                 "rung": _rung(verdicts),
-                "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id),
+                "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id)
+                + (
+                    f" (it stands on {', '.join(stands_on[p.recipe.id])}, which that apply writes first)"
+                    if p.status == APPLICABLE and p.recipe.id in stands_on
+                    else ""
+                ),
+                "needs_recipes": stands_on.get(p.recipe.id, []),
             }
         )
     builds = {
@@ -102,6 +109,24 @@ def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict
         for r in rows:
             if r["id"] == rid:
                 r["census"] = lines
+
+
+def _stands_on(pairs: Sequence[tuple[Target, RecipePlan]]) -> dict[str, list[str]]:
+    """SGLang recipes whose probe read files a planned FlashInfer recipe changes: {id: those recipes}.
+    The advice names them: `apply` opens the SGLang gate only together with that backport."""
+    fi_changes: dict[str, set[str]] = {}
+    for t, p in pairs:
+        if p.recipe.package == "flashinfer" and p.status == APPLICABLE:
+            fi_changes[p.recipe.id] = {(t.root / rel).relative_to(t.package_dir).as_posix() for rel in p.files}
+    out: dict[str, list[str]] = {}
+    for _, p in pairs:
+        if p.recipe.package != "sglang":
+            continue
+        read = {f for v in p.probe for f in ((v.get("evidence") or {}).get("files") or {})}  # type: ignore[union-attr]
+        hits = [i for i, changed in fi_changes.items() if read & changed]
+        if hits:
+            out[p.recipe.id] = hits
+    return out
 
 
 def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:

@@ -76,15 +76,53 @@ def installed(package: str) -> Target:
 
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise TargetError(f"{package}: not installed for {sys.executable}; pip install it, or give a PATH")
+        raise TargetError(
+            f"{package}: not installed for {sys.executable}; pass --python EXE (the server's interpreter), "
+            "give a PATH, or pip install it"
+        )
     pkg_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
     return _target(package, pkg_dir, pkg_dir.parent)
 
 
+# the PyPI distributions a package comes from (their dist-info sits beside it in site-packages)
+DISTS = {"sglang": ("sglang",), "flashinfer": ("flashinfer_python", "flashinfer-python")}
+
+
+def dist_info(package: str, folder: Path) -> Path | None:
+    """The `<dist>-<version>.dist-info` pip made for `package` in `folder`, if any."""
+    for dist in DISTS[package]:
+        hits = sorted(folder.glob(f"{dist}-*.dist-info"))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def dist_version(package: str, root: Path) -> str | None:
+    """The installed distribution's version, read from its dist-info METADATA (None: no dist-info).
+    pip rewrites it on every install, so it tells a reinstall or another release apart."""
+    meta = dist_info(package, root)
+    if meta is None or not (meta / "METADATA").is_file():
+        return None
+    m = re.search(r"^Version:\s*(\S+)", (meta / "METADATA").read_text(errors="replace"), re.M)
+    return m.group(1) if m else None
+
+
+def install_root(package: str, pkg_dir: Path, root: Path) -> Path:
+    """One tree root per install, whatever folder the user named: a package folder inside
+    site-packages (it has a dist-info beside it) belongs to site-packages, so `apply SITE/sglang`
+    and `apply SITE` share one journal. A journal an older sm120patch kept in the package folder
+    itself stays where it is (its paths are relative to that folder)."""
+    if root == pkg_dir and dist_info(package, pkg_dir.parent) is not None:
+        from sm120patch.journal import DIRNAME
+
+        if not (pkg_dir / DIRNAME / "journal.json").is_file():
+            return pkg_dir.parent
+    return root
+
+
 def _target(package: str, pkg_dir: Path, root: Path) -> Target:
     git_root = _git_root(package, pkg_dir, root)
-    if git_root is not None:
-        root = git_root
+    root = git_root if git_root is not None else install_root(package, pkg_dir, root)
     version, source = read_version(package, pkg_dir, root if git_root else None)
     return Target(package, pkg_dir, root, version, source, git_root is not None)
 

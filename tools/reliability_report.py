@@ -22,6 +22,20 @@ from tools.releases import cache_dir  # noqa: E402
 
 PROMISES = [
     (
+        "pip may change the site under the journal",
+        "On a real venv (`python -m venv` + `pip install --no-deps sglang==0.5.9 flashinfer-python==0.6.3`, one "
+        "site-packages): apply, then `pip install --force-reinstall` of either package, a downgrade of SGLang "
+        "to 0.5.8 and an upgrade of FlashInfer to 0.6.17, then status/apply/rollback. Checked on bytes against "
+        "the wheels: no file of another release is ever written into a package (not by `rollback --force`); "
+        "a file back at the release's bytes is `replaced-by-pip` (retired, no `--force`); a changed version "
+        "is `other-release` (retired, planned afresh); rolling back the FlashInfer backport takes the SGLang "
+        "gate standing on it first, in one site-packages too, and guard's rollback does the same; exit 2 "
+        "(a write refused after FlashInfer's files were written) and Ctrl-C leave the site byte-identical; "
+        "`--commit` without a git identity writes nothing; a reader who may not write can plan; nothing "
+        "exits 3.",
+        "tests/integration/test_lifecycle_releases.py",
+    ),
+    (
         "A kill never costs a byte",
         "`apply` and `rollback` are SIGKILLed at every write step (`SM120PATCH_FAULT=kill:N`: before the temp "
         "file, before the rename, after it, before each removal in the journal folder) on real SGLang wheels, "

@@ -7,7 +7,7 @@ token renamed, or one more name in the same `from ... import`), never guessing o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,6 +45,37 @@ def module_bindings(module: cst.Module) -> set[str]:
                     elif isinstance(small, cst.Assign):
                         names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
     return names
+
+
+def unbound_reads(source: str, functions: Sequence[str] = ()) -> set[str]:
+    """Global names the named functions (all code, when none are named) read that the module
+    never binds and builtins do not provide, by `symtable`: what a gate someone opened by hand
+    would raise NameError on. A star import binds what it likes, so then nothing is claimed."""
+    import builtins
+    import symtable
+
+    try:
+        top = symtable.symtable(source, "<module>", "exec")
+    except (SyntaxError, ValueError):
+        return set()
+    symbols = top.get_symbols()
+    if "*" in {s.get_name() for s in symbols}:
+        return set()
+    bound = {s.get_name() for s in symbols if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    wanted = {f.rsplit(".", 1)[-1] for f in functions}
+    read: set[str] = set()
+
+    def walk(table: symtable.SymbolTable, inside: bool) -> None:
+        inside = inside or not wanted or (table.get_type() == "function" and table.get_name() in wanted)
+        if inside:
+            for s in table.get_symbols():
+                if s.is_referenced() and (s.is_global() or (table is top and not s.is_assigned())):
+                    read.add(s.get_name())
+        for child in table.get_children():
+            walk(child, inside)
+
+    walk(top, False)
+    return {n for n in read - bound if not hasattr(builtins, n) and n not in ("__file__", "__name__", "__spec__")}
 
 
 def _nested_simple(stmt: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:

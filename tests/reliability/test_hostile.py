@@ -200,7 +200,10 @@ def test_file_changed_between_plan_and_write(fake: Path, monkeypatch: pytest.Mon
         edited.update(fingerprint(fake))
         return plans
 
+    from sm120patch import transaction
+
     monkeypatch.setattr(engine, "plan", plan_then_user_edits)
+    monkeypatch.setattr(transaction, "plan", plan_then_user_edits)  # the pipeline plans there
     with pytest.raises(UserError, match="changed while sm120patch was planning"):
         engine.apply(t, load_recipes(), parse_arch("sm_120"))
     assert fingerprint(fake) == {k: v for k, v in edited.items() if not k.startswith(DIRNAME)}

@@ -194,7 +194,7 @@ Commentary before the first header is ignored by git apply.
  #endif
  }}
 """
-COMM = "def gen_comm_module():\n    f(supported_major_versions=[9, 10])\n"
+COMM = "from .core import f\n\n\ndef gen_comm_module():\n    f(supported_major_versions=[9, 10])\n"
 RECIPE = """\
 id = "fi"
 package = "flashinfer"

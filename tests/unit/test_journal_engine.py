@@ -681,3 +681,23 @@ def test_a_journal_path_no_filesystem_can_hold_is_a_damaged_journal(site: Path) 
     path.write_text(json.dumps(data))
     with pytest.raises(JournalError, match="damaged journal"):
         engine.rollback(t, RECIPES)
+
+
+def test_typed_entries_read_journals_of_older_versions_and_keep_unknown_keys(tmp_path: Path) -> None:
+    """journal.json stays the storage: an entry without package/dist_version (older versions) reads
+    as the tree's package, and a key a newer version wrote survives a load and a save."""
+    root = tmp_path / "tree"
+    (root / ".sm120patch").mkdir(parents=True)
+    old = {
+        "schema": 1,
+        "files": {},
+        "pending": None,
+        "history": [],
+        "applied": [{"id": "r1", "files": [], "arch": "sm_120,sm_121", "at": "", "version": "0.5.9", "later": 7}],
+    }
+    (root / ".sm120patch" / "journal.json").write_text(json.dumps(old))
+    j = Journal.open(root)
+    (e,) = j.entries("sglang")
+    assert (e.id, e.archs, e.version, e.dist_version, e.dependents) == ("r1", ["sm_120", "sm_121"], "0.5.9", None, [])
+    j.save()
+    assert json.loads((root / ".sm120patch" / "journal.json").read_text())["applied"][0]["later"] == 7

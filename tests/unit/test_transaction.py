@@ -155,21 +155,25 @@ def test_rolling_back_the_pair_restores_both(tmp_path: Path, recipes: list) -> N
     assert (snapshot(sg), snapshot(fi)) == pristine
 
 
-def test_a_run_that_dies_after_flashinfer_leaves_a_safe_state(tmp_path: Path, recipes: list, monkeypatch) -> None:
-    """Killed between the two trees: FlashInfer patched (harmless alone), SGLang untouched;
-    the next run finishes the job."""
+def test_ctrl_c_after_flashinfer_puts_flashinfer_back_too(tmp_path: Path, recipes: list, monkeypatch) -> None:
+    """Ctrl-C between the two trees' writes: the command is one transaction, so the FlashInfer
+    bytes already written are put back before the interrupt goes on; the next run does it all."""
     sg, fi = trees(tmp_path)
-    sg_before = snapshot(sg)
+    before = snapshot(sg), snapshot(fi)
     both = discover(sg) + discover(fi)
+    real = engine.write_proven
 
-    def killed(*a: object, **k: object) -> None:
-        raise KeyboardInterrupt
+    def killed(journal: Journal, t: object, *a: object, **k: object) -> None:
+        if getattr(t, "package", "") == "sglang":
+            raise KeyboardInterrupt
+        real(journal, t, *a, **k)  # type: ignore[arg-type]
 
     with monkeypatch.context() as m:
-        m.setattr(engine, "apply_locked", killed)
-        with pytest.raises(KeyboardInterrupt):
+        m.setattr(engine, "write_proven", killed)
+        with pytest.raises(KeyboardInterrupt, match="put back"):
             apply_many(both, recipes, run_for(both))
-    assert snapshot(sg) == sg_before and [a["id"] for a in Journal.open(fi).applied] == [FIX]
+    assert (snapshot(sg), snapshot(fi)) == before
+    assert not (fi / ".sm120patch").exists() and not (sg / ".sm120patch").exists()
     plans = {p.recipe.id: p.status for p in apply_many(both, recipes, run_for(both))}
     assert plans == {FIX: APPLIED, AR: APPLIED}
 
@@ -187,3 +191,23 @@ def test_one_site_packages_holding_both(tmp_path: Path, recipes: list) -> None:
     assert [a["package"] for a in journal["applied"]] == ["flashinfer", "sglang"]
     rollback_many(both, recipes)
     assert snapshot(site) == pristine
+
+
+def test_the_overlay_cache_keeps_the_most_recent_and_removes_read_only_leftovers(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from sm120patch import overlay as ov
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    base = ov.cache_dir()
+    for i in range(5):
+        d = base / f"o{i}" / "flashinfer" / "ro"
+        d.mkdir(parents=True)
+        (d / "f").write_text("x")
+        d.chmod(0o555)  # what an older overlay of a read-only tree looked like
+        os.utime(base / f"o{i}", (1000 + i, 1000 + i))
+    killed = base / ".o9.half"
+    killed.mkdir()
+    os.utime(killed, (1, 1))
+    ov.prune(keep=2)
+    assert sorted(p.name for p in base.iterdir()) == ["o3", "o4"]
