@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120patch import __version__
+from sm120patch.hints import rollback_command
 
 if TYPE_CHECKING:
     from sm120patch.gatekeeper import ProbeResult
@@ -75,7 +76,7 @@ def _check_clean(targets: Sequence[Target]) -> None:
         if mine or journal.data.get("pending"):
             raise BundleError(
                 f"{t.root}: sm120patch has changed this {t.package} tree ({', '.join(mine) or 'an interrupted run'}); "
-                f"a bundle starts from the release's own bytes: run `sm120patch rollback {t.root}` first, "
+                f"a bundle starts from the release's own bytes: run `{rollback_command(t.root)}` first, "
                 "or export from a fresh copy"
             )
         if t.version is None:

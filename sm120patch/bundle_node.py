@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sm120patch import hints
 from sm120patch.bundle import Bundle, BundleError, BundleRecipe, diff_section, sha256
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ def rollback_command(bundle: Bundle, r: BundleRecipe, t: Target) -> str:
     except UserError:  # an unreadable journal: status and rollback say so themselves
         held = False
     if held:
-        return f"sm120patch rollback {t.root} --recipe {r.id}"
+        return hints.rollback_command(t.root, [r.id])
     chain = [r]
     touched = {f.path for f in r.files}
     exported = bundle.exported

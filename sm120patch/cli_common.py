@@ -18,6 +18,7 @@ import click
 from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import PROBE_LEVELS, make_probe, resolve_flashinfer
+from sm120patch.hints import rollback_command
 from sm120patch.status import COLOUR, fails
 from sm120patch.targets import discover, installed
 
@@ -163,7 +164,7 @@ def interrupted(targets: Sequence[Target]) -> str:
         if pending and pending.get("writes"):
             return (
                 f"{root}: a run was killed while writing {', '.join(sorted(pending['writes']))}; the plan below "
-                f"reads those half-written files. Run `sm120patch rollback {root}` to finish its undo first"
+                f"reads those half-written files. Run `{rollback_command(root)}` to finish its undo first"
             )
     return ""
 

@@ -25,6 +25,7 @@ from sm120patch.cli_common import (
 from sm120patch.commands_bundle import apply_bundle, bundle_option
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.gatekeeper import resolve_archs
+from sm120patch.hints import apply_command, rollback_command
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
@@ -305,7 +306,7 @@ def status_cmd(
         if r["interrupted"]:
             click.echo(
                 f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
-                f"run `sm120patch rollback {t['root']}`"
+                f"run `{rollback_command(t['root'])}`"
             )
         if r["damaged"]:
             click.echo(f"  DAMAGED JOURNAL: {r['damaged']}")
@@ -320,7 +321,7 @@ def status_cmd(
                 word = a["state"]
             click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
             if a.get("why"):
-                click.echo(f"           {a['why']}: `sm120patch apply {t['root']}` plans this release afresh")
+                click.echo(f"           {a['why']}: `{apply_command(t['root'])}` plans this release afresh")
             if check.get("reason"):
                 click.echo(f"           {check['reason']}")
             if a.get("rollback"):

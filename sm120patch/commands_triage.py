@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from sm120patch.errors import EXIT_USAGE, TargetError, UserError
+from sm120patch.hints import rollback_command
 from sm120patch.triage import log_input
 
 if TYPE_CHECKING:
@@ -256,7 +257,7 @@ def _take_back_stale(target: Path, rollback: RollbackFn, log: Any) -> None:
         try:
             done = rollback(target, list(stale))
         except Exception as e:
-            log(f"rollback of the stale recipes failed ({e}); run `sm120patch rollback {target}` by hand")
+            log(f"rollback of the stale recipes failed ({e}); run `{rollback_command(target)}` by hand")
             return
         log(f"rolled back {', '.join(done)} before starting the server")
 

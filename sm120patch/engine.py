@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
+from sm120patch.hints import rollback_command
 from sm120patch.journal import Journal, sha256
 from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, STALE, RecipePlan, plan
 from sm120patch.recheck import Recheck, recheck
@@ -113,7 +114,7 @@ def rechecks(journal: Journal, target: Target, recipes: Sequence[Recipe], probe:
 
 
 def rollback_hint(target: Target, recipe_id: str) -> str:
-    return f"sm120patch rollback {target.root} --recipe {recipe_id}"
+    return rollback_command(target.root, [recipe_id])
 
 
 def mark_stale(plans: Sequence[RecipePlan], journal: Journal, target: Target, probe: Probe | None) -> None:
@@ -459,7 +460,7 @@ def _legacy(target: Target) -> str:
     if target.root != target.package_dir and (target.package_dir / DIRNAME / "journal.json").is_file():
         return (
             f"an older sm120patch kept a second journal in {target.package_dir}: "
-            f"`sm120patch rollback {target.package_dir}` takes back what it holds"
+            f"`{rollback_command(target.package_dir)}` takes back what it holds"
         )
     return ""
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from sm120patch import __version__
 from sm120patch.errors import JournalError, UserError
+from sm120patch.hints import rollback_command
 
 SCHEMA = 1
 DIRNAME = ".sm120patch"
@@ -125,7 +126,7 @@ def damage_advice(root: Path, directory: Path, readable: bool = False) -> str:
     import shlex
 
     q, jd = shlex.quote(str(root)), shlex.quote(str(directory))
-    retire = f"sm120patch rollback {q}" if readable else f"rm -rf {jd}"
+    retire = rollback_command(root) if readable else f"rm -rf {jd}"
     if (root / ".git").exists():
         return f"run `git -C {q} checkout -- . && {retire}` (the clone's committed bytes back, the journal retired)"
     pins = []
@@ -473,7 +474,7 @@ class Journal:
         `recover` (a later run's, or this one's on an error or Ctrl-C) puts back every file it
         wrote and the journal's entries as they were, so a command leaves all or nothing."""
         if self.data.get("pending"):
-            raise JournalError(f"{self.dir}: an interrupted run is pending; run `sm120patch rollback {self.root}`")
+            raise JournalError(f"{self.dir}: an interrupted run is pending; run `{rollback_command(self.root)}`")
         self.data["pending"] = {
             "started": time.time(),
             "writes": {},

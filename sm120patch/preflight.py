@@ -7,6 +7,7 @@ in a subprocess, and probe verdicts come from the cache when nothing they depend
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,7 +70,7 @@ def preflight(
                 "reason": p.reason,
                 "probe": verdicts,
                 "rung": _rung(verdicts),
-                "advice": _ADVICE.get(p.status, "").format(root=t.root, id=p.recipe.id)
+                "advice": _ADVICE.get(p.status, "").format(root=shlex.quote(str(t.root)), id=shlex.quote(p.recipe.id))
                 + (
                     f" (it stands on {', '.join(stands_on[p.recipe.id])}, which that apply writes first)"
                     if p.status == APPLICABLE and p.recipe.id in stands_on

@@ -36,6 +36,7 @@ from sm120patch import engine
 from sm120patch.arch import Arch
 from sm120patch.errors import UserError
 from sm120patch.flashinfer_env import FlashInferEnv, from_tree
+from sm120patch.hints import rollback_command
 from sm120patch.journal import Applied, Dependent, Journal
 from sm120patch.overlay import overlay
 from sm120patch.pipstate import Retired, retire
@@ -261,7 +262,7 @@ def all_or_nothing(journals: Sequence[Journal]):  # noqa: ANN201
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
             if failed:
                 raise Interrupted(
-                    f"interrupted while writing; undo not finished: run `sm120patch rollback {failed[0]}`"
+                    f"interrupted while writing; undo not finished: run `{rollback_command(failed[0])}`"
                 ) from None
             raise Interrupted("interrupted; every file this run had written was put back") from None
         raise

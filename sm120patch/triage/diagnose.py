@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from sm120patch import hints
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
 from sm120patch.recipes import Recipe
 from sm120patch.triage import classes as triage_classes
@@ -260,8 +261,9 @@ def _fill(template: str, details: dict[str, str]) -> str:
 
 def rollback_command(target: Path | None, recipe_ids: Sequence[str]) -> str:
     """The exact rollback command(s) for the recipes, one per recipe joined with &&."""
-    where = shlex.quote(str(target)) if target else "TARGET"
-    return " && ".join(f"sm120patch rollback {where} --recipe {shlex.quote(r)}" for r in recipe_ids)
+    if target is None:  # a placeholder the user fills in: not quoted
+        return " && ".join(f"sm120patch rollback TARGET --recipe {shlex.quote(r)}" for r in recipe_ids)
+    return " && ".join(hints.rollback_command(target, [r]) for r in recipe_ids)
 
 
 class Diagnoser:

@@ -1,0 +1,22 @@
+"""The sm120patch commands the tool tells users to run, built and shell-quoted in one place, so
+that a path with a space (or a recipe id from a hand-edited journal) still gives a command that
+works when pasted."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def rollback_command(where: Path | str, recipes: Sequence[str] = ()) -> str:
+    """`sm120patch rollback WHERE [--recipe ID ...]`, every argument quoted for a POSIX shell."""
+    args = ["sm120patch", "rollback", str(where)]
+    for rid in recipes:
+        args += ["--recipe", rid]
+    return shlex.join(args)
+
+
+def apply_command(*paths: Path | str, flags: Sequence[str] = ()) -> str:
+    """`sm120patch apply PATH... [FLAGS]`, quoted the same way."""
+    return shlex.join(["sm120patch", "apply", *map(str, paths), *flags])
