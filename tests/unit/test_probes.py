@@ -38,7 +38,8 @@ def test_static_reads_literal_constant_and_indirect(tmp_path: Path) -> None:
         "def gen_local():\n    m = (12,)\n    return ctx.flags(supported_major_versions=m)\n"
         "def gen_indirect():\n    return helper()\n"
         "def gen_dynamic(x):\n    return ctx.flags(supported_major_versions=x.majors)\n"
-        "def gen_none():\n    return spec()\n")
+        "def gen_none():\n    return spec()\n"
+    )
     assert read_gate(f, "gen_lit").majors == (9, 10)
     assert read_gate(f, "gen_const").majors == (9, 10, 12)
     assert read_gate(f, "gen_local").majors == (12,)
@@ -159,8 +160,8 @@ def test_static_pass_upgraded_by_spec(tmp_path: Path) -> None:
 def test_spec_degrades_without_interpreter_or_imports(tmp_path: Path) -> None:
     make_tree(tmp_path, gate="[9, 10, 12]")
     (tmp_path / "flashinfer" / "jit" / "comm.py").write_text(
-        "import torch  # noqa\n"
-        "def gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n")
+        "import torch  # noqa\ndef gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n"
+    )
     v = probe_kernel(COMM, SM120, from_tree(tmp_path, python=sys.executable), "spec")
     # static passed; spec could not import torch here: the verdict stays on static, says why
     assert (v.result, v.rung) == ("pass", "static")
@@ -221,8 +222,9 @@ def test_cache_answers_without_a_subprocess_and_is_invalidated(tmp_path: Path, m
     assert warm.cached and warm.result == "pass"
     assert warm.reason == cold.reason
     comm = tmp_path / "t" / "flashinfer" / "jit" / "comm.py"
-    comm.write_text(comm.read_text().replace("supported_major_versions=[9, 10, 12]",
-                                             "supported_major_versions=[9, 10]"))
+    comm.write_text(
+        comm.read_text().replace("supported_major_versions=[9, 10, 12]", "supported_major_versions=[9, 10]")
+    )
     again = probe_kernel(COMM, SM120, fi, "spec", cache)
     assert not again.cached and again.result == "fail"
 
@@ -253,6 +255,82 @@ def test_run_rung_without_check_says_why(tmp_path: Path) -> None:
 
 
 def test_arch_list_values() -> None:
-    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == [
-        "9.0a", "10.0a", "12.0f", "12.1a"]
+    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == ["9.0a", "10.0a", "12.0f", "12.1a"]
     assert arch_list_value(SM120, cuda_at_least_12_9=False) == "12.0a"
+
+
+CRASHING_COMM = """
+import os
+
+
+class JitSpec:
+    name = "x"
+
+
+def gen_trtllm_comm_module():
+    return JitSpec()
+
+
+def gen_norm_module():
+    os.abort()  # what a generator that takes the interpreter down looks like from outside
+
+
+def gen_moe_module():
+    raise RuntimeError("No supported CUDA architectures found for major versions [10].")
+"""
+
+
+def _kernels() -> dict[str, object]:
+    base = load_kernels()[COMM]
+    return {
+        name: dataclasses.replace(base, id=f"flashinfer:{name}", generator=gen, source_checks=())
+        for name, gen in (("comm", "gen_trtllm_comm_module"), ("norm", "gen_norm_module"), ("moe", "gen_moe_module"))
+    }
+
+
+def test_one_interpreter_answers_every_check_and_a_crash_is_that_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_tree(tmp_path / "t", gate="[9, 10, 12]")
+    (tmp_path / "t" / "flashinfer" / "jit" / "comm.py").write_text(CRASHING_COMM)
+    fi = from_tree(tmp_path / "t", python=sys.executable)
+    k = _kernels()
+    started: list[int] = []
+    real = spec_mod.run_script
+
+    def counting(python, script, args, env, timeout, progress=None):  # noqa: ANN001, ANN202
+        started.append(len(__import__("json").loads(args[0])))
+        return real(python, script, args, env, timeout, progress)
+
+    monkeypatch.setattr(spec_mod, "run_script", counting)
+    asks = [spec_mod.Ask(k[n], SM120) for n in ("comm", "moe")]
+    out = spec_mod.ask(asks, fi, tmp_path / "c")
+    assert started == [2]  # two checks, one interpreter
+    assert out[asks[0]]["ok"] and "No supported CUDA architectures" in out[asks[1]]["error"]
+    # the crash is the check's that was running; the check after it gets a fresh interpreter
+    started.clear()
+    asks = [spec_mod.Ask(k[n], SM120) for n in ("norm", "comm")] + [spec_mod.Ask(k["comm"], SM90)]
+    out = spec_mod.ask(asks, fi, tmp_path / "c2")
+    # sm_120: [norm, comm] crashed on norm, then [comm] alone; sm_90: [comm], beside them
+    assert sorted(started) == [1, 1, 2], started
+    assert out[asks[0]]["stage"] == "crash" and "exited" in out[asks[0]]["error"]
+    assert out[asks[1]]["ok"] and out[asks[2]]["ok"]
+    step = spec_mod.check_spec(k["norm"], SM120, fi, cache_root=tmp_path / "c2")  # never cached: asked again
+    assert step.result == "unknown" and "exited" in step.reason and "gen_norm_module" in step.reason
+
+
+def test_a_warm_spec_answer_starts_no_interpreter_until_a_file_it_loaded_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fi = from_tree(make_tree(tmp_path / "t", gate="[9, 10, 12]"), python=sys.executable)
+    kernel = load_kernels()[COMM]
+    cold = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert cold.result == "pass" and "from cache" not in cold.reason
+    with monkeypatch.context() as m:
+        m.setattr(spec_mod, "run_script", _no_subprocess)
+        warm = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert warm.result == "pass" and "from cache" in warm.reason
+    # FlashInfer's package __init__ was loaded by the answer: an edit there asks again
+    (tmp_path / "t" / "flashinfer" / "__init__.py").write_text("X = 1\n")
+    again = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert again.result == "pass" and "from cache" not in again.reason
