@@ -26,10 +26,8 @@ import subprocess
 from pathlib import Path
 
 KEEP_TYPE = "bfloat16"
-OTHER_TYPES = re.compile(
-    r"\b(half|half_t|float|double|__nv_fp8_e4m3|__nv_fp8_e5m2|__nv_fp4_e2m1|uint4b_t|uint8_t|int8_t|"
-    r"float_e4m3_t|float_e5m2_t|float_e2m1_t|SafeFP8|SafeFP4|fp8|fp4)\b"
-)
+# any element type but bf16 (searched with "bfloat16" taken out): FlashInfer spells them many ways
+OTHER_TYPES = re.compile(r"half|float|double|fp8|fp4|e4m3|e5m2|e2m1|ue8m0|uint\d|int\d|uint4b|mxf\d|nvf\d", re.I)
 # one instantiation in a generated file: an INSTANTIATE_*(...) macro (inside its #if/#endif) or an
 # explicit `template void ...;`
 INSTANCE = re.compile(r"(#if[^\n]*\n\s*)?(INSTANTIATE_\w+\s*\([^;]*\)\s*;|template\s+void\s[^;]*;)(\s*\n\s*#endif)?")
@@ -106,7 +104,8 @@ def plan(sources: list[Path], out_dir: Path) -> dict:
                 dropped.append(name)
                 continue
             new = _anchor_includes(new, src.parent)
-            copy = out_dir / f"{src.parent.name}_{name}"
+            copy = out_dir / src.parent.name / name
+            copy.parent.mkdir(parents=True, exist_ok=True)
             if not copy.is_file() or copy.read_text(encoding="utf-8") != new:
                 copy.write_text(new, encoding="utf-8")
             keep.append(copy)
