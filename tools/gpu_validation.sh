@@ -11,6 +11,7 @@
 #               its own session: stock FlashInfer, then the same scratch copy with expandInputRowsKernel
 #               compiled out (inject_fault.py moe-empty-body; ninja rebuilds only what includes it);
 #               waits up to MOE_WAIT seconds, then reports; moe-reduced-wait carries on in the next call
+#   spec-timing the spec rung over the catalogue for three archs (cold, then warm) and preflight, timed
 # Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable; wheels in
 # $WHL (default .whl/ beside tools/, see the doc) are installed into /tmp/site first.
 # Writes what it prints to ${OUT:-/tmp/gpu-validation}.
@@ -168,12 +169,20 @@ moe_reduced() {
   sleep 5; moe_reduced_wait
 }
 
+spec_timing() {
+  export XDG_CACHE_HOME=$W/spec-cache; rm -rf "$XDG_CACHE_HOME"
+  step $SM probe --arch sm_90 --arch sm_100 --arch sm_120 --probe spec
+  step $SM probe --arch sm_90 --arch sm_100 --arch sm_120 --probe spec
+  rm -rf "$XDG_CACHE_HOME"; step $SM preflight --arch sm_120
+}
+
 case "$SECTION" in
   ladder) ladder 2>&1 | tee "$OUT/gpu-validation.log" ;;
   run-rung) run_rung 2>&1 | tee "$OUT/gpu-run-rung.log" ;;
   moe-wait) moe_wait 2>&1 | tee "$OUT/gpu-moe.log" ;;
   moe-run) moe_run 2>&1 | tee "$OUT/gpu-moe.log" ;;
   moe-chain) moe_chain ;;
+  spec-timing) spec_timing 2>&1 | tee "$OUT/gpu-spec-timing.log" ;;
   moe-reduced) moe_reduced 2>&1 | tee "$OUT/gpu-moe-reduced.log" ;;
   moe-reduced-wait) moe_reduced_wait 2>&1 | tee -a "$OUT/gpu-moe-reduced.log" ;;
   *) echo "unknown section $SECTION: ladder, run-rung, moe-wait, moe-run, moe-reduced or moe-reduced-wait" >&2; exit 2 ;;
