@@ -169,9 +169,8 @@ def _ask_one_interpreter(
                 started = None
             elif "files" in line and files is not None and isinstance(line["files"], list):
                 files.update(str(f) for f in line["files"])
-        done = {k for k, _ in todo if k in answers}
-        if len(done) == len(todo) and not res.timed_out:
-            break
+        if all(k in answers for k, _ in todo) and not res.timed_out:
+            break  # (two kernels may share a generator, hence a key: count keys, not questions)
         files = None  # this interpreter did not finish: its answers are not kept
         culprit = started if started is not None else next((k for k, _ in todo if k not in answers), None)
         if culprit is not None and culprit not in answers:

@@ -334,3 +334,19 @@ def test_a_warm_spec_answer_starts_no_interpreter_until_a_file_it_loaded_changes
     (tmp_path / "t" / "flashinfer" / "__init__.py").write_text("X = 1\n")
     again = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
     assert again.result == "pass" and "from cache" not in again.reason
+
+
+def test_two_kernels_with_one_generator_share_one_answer_and_it_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalogue has kernels that share a generator (fused MoE and its tactic skip): their one
+    answer is cached, so neither asks again."""
+    fi = from_tree(make_tree(tmp_path / "t", gate="[9, 10, 12]"), python=sys.executable)
+    base = load_kernels()[COMM]
+    twin = dataclasses.replace(base, id="flashinfer:twin")
+    out = spec_mod.ask([spec_mod.Ask(base, SM120), spec_mod.Ask(twin, SM120)], fi, tmp_path / "c")
+    assert all(a.get("ok") for a in out.values())
+    with monkeypatch.context() as m:
+        m.setattr(spec_mod, "run_script", _no_subprocess)
+        again = spec_mod.ask([spec_mod.Ask(twin, SM120)], fi, tmp_path / "c")
+    assert next(iter(again.values())).get("cached")
