@@ -48,6 +48,10 @@ def widened_by_hand(version: str, dest: Path) -> Path:
     return dest
 
 
+def XDG_PROBES() -> Path:  # noqa: N802
+    return cache_dir() / "xdg" / "sm120patch" / "probes"
+
+
 def probe_build(tree: Path) -> tuple[int, dict]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir() / "xdg")}  # shared, so CI reruns are warm
     args = ["probe", "flashinfer:trtllm_comm", "--arch", "sm_120", "--probe-level", "build"]
@@ -80,6 +84,31 @@ def test_flashinfer_0_6_17_passes_the_build_rung(tmp_path: Path) -> None:
     assert code == 0
     assert "none with an empty body" in v["reason"] and v["evidence"]["build"]["empty"] == []
     assert v["evidence"]["build"]["kernels"] > 900
+
+
+@needs_nvcc
+def test_a_warm_build_verdict_on_a_real_release_starts_neither_flashinfer_nor_nvcc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once built (here or by the test above, in the shared cache), the build rung answers from hashes:
+    FlashInfer's compile commands from the answer cache, every cubin from the cubin cache."""
+    from sm120patch.flashinfer_env import from_tree
+    from sm120patch.kernels import get_kernel
+    from sm120patch.probes import build, spec
+
+    tree = widened_by_hand("0.6.16", tmp_path / "fi")
+    code, out = probe_build(tree)
+    assert code == 1 and out["verdicts"][0]["rung"] == "build"
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("a warm build rung started the interpreter or nvcc")
+
+    monkeypatch.setattr(spec, "run_script", refuse)
+    monkeypatch.setattr(build, "_run_nvcc", refuse)
+    fi = from_tree(tree, python=str(spec_venv()))
+    step = build.check_build(get_kernel("flashinfer:trtllm_comm"), parse_arch("sm_120"), fi, XDG_PROBES())
+    assert step.result == "fail" and "all from cache" in step.reason
+    assert "480 of 480 lamport_style_one_shot_all_reduce_norm_kernel" in step.reason
 
 
 def backported(version: str, dest: Path) -> Path:

@@ -38,8 +38,7 @@ def test_static_reads_literal_constant_and_indirect(tmp_path: Path) -> None:
         "def gen_local():\n    m = (12,)\n    return ctx.flags(supported_major_versions=m)\n"
         "def gen_indirect():\n    return helper()\n"
         "def gen_dynamic(x):\n    return ctx.flags(supported_major_versions=x.majors)\n"
-        "def gen_none():\n    return spec()\n"
-    )
+        "def gen_none():\n    return spec()\n")
     assert read_gate(f, "gen_lit").majors == (9, 10)
     assert read_gate(f, "gen_const").majors == (9, 10, 12)
     assert read_gate(f, "gen_local").majors == (12,)
@@ -160,8 +159,8 @@ def test_static_pass_upgraded_by_spec(tmp_path: Path) -> None:
 def test_spec_degrades_without_interpreter_or_imports(tmp_path: Path) -> None:
     make_tree(tmp_path, gate="[9, 10, 12]")
     (tmp_path / "flashinfer" / "jit" / "comm.py").write_text(
-        "import torch  # noqa\ndef gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n"
-    )
+        "import torch  # noqa\n"
+        "def gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n")
     v = probe_kernel(COMM, SM120, from_tree(tmp_path, python=sys.executable), "spec")
     # static passed; spec could not import torch here: the verdict stays on static, says why
     assert (v.result, v.rung) == ("pass", "static")
@@ -222,9 +221,8 @@ def test_cache_answers_without_a_subprocess_and_is_invalidated(tmp_path: Path, m
     assert warm.cached and warm.result == "pass"
     assert warm.reason == cold.reason
     comm = tmp_path / "t" / "flashinfer" / "jit" / "comm.py"
-    comm.write_text(
-        comm.read_text().replace("supported_major_versions=[9, 10, 12]", "supported_major_versions=[9, 10]")
-    )
+    comm.write_text(comm.read_text().replace("supported_major_versions=[9, 10, 12]",
+                                             "supported_major_versions=[9, 10]"))
     again = probe_kernel(COMM, SM120, fi, "spec", cache)
     assert not again.cached and again.result == "fail"
 
@@ -255,7 +253,8 @@ def test_run_rung_without_check_says_why(tmp_path: Path) -> None:
 
 
 def test_arch_list_values() -> None:
-    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == ["9.0a", "10.0a", "12.0f", "12.1a"]
+    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == [
+        "9.0a", "10.0a", "12.0f", "12.1a"]
     assert arch_list_value(SM120, cuda_at_least_12_9=False) == "12.0a"
 
 
@@ -277,6 +276,11 @@ def gen_norm_module():
 
 def gen_moe_module():
     raise RuntimeError("No supported CUDA architectures found for major versions [10].")
+
+
+def gen_xqa_module():
+    import time
+    time.sleep(60)  # a generator that hangs (a download with no network)
 """
 
 
@@ -284,7 +288,12 @@ def _kernels() -> dict[str, object]:
     base = load_kernels()[COMM]
     return {
         name: dataclasses.replace(base, id=f"flashinfer:{name}", generator=gen, source_checks=())
-        for name, gen in (("comm", "gen_trtllm_comm_module"), ("norm", "gen_norm_module"), ("moe", "gen_moe_module"))
+        for name, gen in (
+            ("comm", "gen_trtllm_comm_module"),
+            ("norm", "gen_norm_module"),
+            ("moe", "gen_moe_module"),
+            ("xqa", "gen_xqa_module"),
+        )
     }
 
 
@@ -350,3 +359,14 @@ def test_two_kernels_with_one_generator_share_one_answer_and_it_is_kept(
         m.setattr(spec_mod, "run_script", _no_subprocess)
         again = spec_mod.ask([spec_mod.Ask(twin, SM120)], fi, tmp_path / "c")
     assert next(iter(again.values())).get("cached")
+
+
+def test_a_hung_check_is_that_checks_and_the_rest_are_answered(tmp_path: Path) -> None:
+    make_tree(tmp_path / "t", gate="[9, 10, 12]")
+    (tmp_path / "t" / "flashinfer" / "jit" / "comm.py").write_text(CRASHING_COMM)
+    fi = from_tree(tmp_path / "t", python=sys.executable)
+    k = _kernels()
+    asks = [spec_mod.Ask(k["xqa"], SM120), spec_mod.Ask(k["comm"], SM120)]
+    out = spec_mod.ask(asks, fi, tmp_path / "c", timeout=3.0)
+    assert out[asks[0]]["stage"] == "timeout" and "within 3 s" in out[asks[0]]["error"]
+    assert out[asks[1]]["ok"]
