@@ -114,14 +114,13 @@ def generator_env(a: Ask, fi: FlashInferEnv, workspace: str) -> dict[str, str]:
 
 def _answer_key(a: Ask, fi: FlashInferEnv, env: dict[str, str]) -> str:
     python = Path(fi.python or "")
-    try:
+    try:  # a venv's python is a link: the venv (its site-packages) and the binary both count
         st = python.resolve().stat()
-        interp = f"{python.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        interp = f"{python}|{python.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     except OSError:
         interp = str(python)
-    nvcc = shutil.which(
-        "nvcc", path=os.pathsep.join(filter(None, [str(Path(env.get("CUDA_HOME", "")) / "bin"), env.get("PATH")]))
-    )
+    cuda_bin = str(Path(env["CUDA_HOME"]) / "bin") if env.get("CUDA_HOME") else None
+    nvcc = shutil.which("nvcc", path=os.pathsep.join(filter(None, [cuda_bin, env.get("PATH")])))
     return ProbeCache.key(
         {
             "answer": 2,
