@@ -17,6 +17,8 @@ the table shows the median and the min-max spread. Trees come from tools/release
     python benchmarks/bench.py --write-doc             # also regenerate docs/performance.md
     python benchmarks/bench.py --json out.json         # raw results, for a later --baseline
     python benchmarks/bench.py --baseline before.json  # before/after columns in the table
+    python benchmarks/bench.py --only-probes           # the spec and build rungs alone (probe_costs.py)
+    python benchmarks/bench.py --cold-build            # also the build rung cold against FlashInfer's own
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks import probe_costs  # noqa: E402
 from benchmarks.measure import bench  # noqa: E402
 from benchmarks.report import analysis_text, doc, machine, report  # noqa: E402
 from tools.releases import copy_tree  # noqa: E402
@@ -52,7 +55,17 @@ def main() -> None:
     )
     ap.add_argument("--write-doc", action="store_true", help="regenerate docs/performance.md")
     ap.add_argument("--from-json", type=Path, help="render the tables (and doc) of a saved --json run, no measuring")
+    ap.add_argument("--no-probes", action="store_true", help="leave out the spec and build rungs")
+    ap.add_argument("--only-probes", action="store_true", help="measure the spec and build rungs only")
+    ap.add_argument("--cold-build", action="store_true", help="the build rung cold too (many minutes on 2 cores)")
     a = ap.parse_args()
+    if a.only_probes:
+        with tempfile.TemporaryDirectory(prefix="sm120patch-bench-") as tmp:
+            probes = probe_costs.measure(Path(tmp), a.reps, a.cold_build)
+        print(probe_costs.report(probes))
+        if a.json:
+            a.json.write_text(json.dumps({"machine": machine(), "probes": probes}, indent=1))
+        return
     base = json.loads(a.baseline.read_text()) if a.baseline and a.baseline.is_file() else None
     if a.from_json:
         res = json.loads(a.from_json.read_text())
@@ -65,13 +78,20 @@ def main() -> None:
         fi = copy_tree("flashinfer", a.flashinfer, work / f"flashinfer-{a.flashinfer}")
         res: dict[str, Any] = {"machine": machine(), "reps": a.reps, "flashinfer": a.flashinfer}
         res.update(bench(a.versions, work, fi, a.reps))
+        if not a.no_probes:
+            res["probes"] = probe_costs.measure(work, a.reps, a.cold_build)
         res["load_end"] = [round(x, 2) for x in os.getloadavg()]
     print(report(res, base))
+    if "probes" in res:
+        print(probe_costs.report(res["probes"]))
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
     if a.write_doc:
         path = REPO / "docs" / "performance.md"
-        path.write_text(doc(res, base, analysis_text(res, base)))
+        text = doc(res, base, analysis_text(res, base))
+        if "probes" in res:
+            text += f"\n## Probe rungs\n\n```\n{probe_costs.report(res['probes'])}\n```\n"
+        path.write_text(text)
         print(f"wrote {path}", file=sys.stderr)
 
 

@@ -88,7 +88,7 @@ def probe_cmd(
     sm120patch probe flashinfer:norm --probe run        (on the GPU box)
     """
     from sm120patch.kernels import load_kernels
-    from sm120patch.probes import ProbeCache, probe_kernel, run_timing
+    from sm120patch.probes import ProbeCache, prefetch_spec, probe_kernel, run_timing
 
     catalogue = load_kernels()
     names = list(kernels) or sorted(catalogue)
@@ -102,6 +102,7 @@ def probe_cmd(
     if not fi.found:
         raise UserError(f"no FlashInfer to probe ({fi.error}); pass --flashinfer PATH or --python EXE")
     cache = ProbeCache()
+    prefetch_spec(names, archs, fi, level, cache)  # one FlashInfer import per arch, not one per check
     verdicts = [probe_kernel(k, a, fi, level, cache) for k in names for a in archs]
     if as_json:
         emit_json(

@@ -49,6 +49,11 @@ def preflight(
 
     machine = detect(list(archs) if arch_source == "--arch" else None, python=python, with_torch=with_torch)
     probe = make_probe(archs, fi, level)
+    if probe is not None and getattr(fi, "found", False) and not any(t.package == "flashinfer" for t in targets):
+        from sm120patch.probes import ProbeCache, prefetch_spec
+
+        # every recipe's spec questions in one FlashInfer import per arch, not one per check
+        prefetch_spec([n for r in recipes for n in r.needs], archs, fi, level, ProbeCache())
     if any(t.package == "flashinfer" for t in targets):
         # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
         from sm120patch.transaction import Run, plan_many

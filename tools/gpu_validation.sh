@@ -12,6 +12,11 @@
 #               timing-table.txt (as `probe --probe run` prints it) and timing-table.md
 #   timing-pcie   the same for the PCIe-IPC all-reduce against NCCL (needs FlashInfer >= 0.7.0)
 #   timing-probe  the fusion's through `sm120patch probe ... --probe run` (climbs the build rung first)
+#   moe-reduced the fused-MoE check with its reduced bf16 module (checks/moe_reduced.py) on one GPU, in
+#               its own session: stock FlashInfer, then the same scratch copy with expandInputRowsKernel
+#               compiled out (inject_fault.py moe-empty-body; ninja rebuilds only what includes it);
+#               waits up to MOE_WAIT seconds, then reports; moe-reduced-wait carries on in the next call
+#   spec-timing the spec rung over the catalogue for three archs (cold, then warm) and preflight, timed
 # Needs: python3 with torch (CUDA), nvcc, and flashinfer-python + apache-tvm-ffi importable; wheels in
 # $WHL (default .whl/ beside tools/, see the doc) are installed into /tmp/site first.
 # Writes what it prints to ${OUT:-/tmp/gpu-validation}.
@@ -163,6 +168,49 @@ timing_probe() {
     --python python3 --json > "$OUT"/timing-probe.json
 }
 
+R=$W/moe-reduced
+REPO=$(cd "$HERE/.." && pwd)
+moe_reduced_progress() {
+  local ninja; ninja=$(ls "$R"/cache/sm120patch/probes/builds/*/.cache/flashinfer/*/*/cached_ops/fused_moe_90_sm120patch_bf16/build.ninja 2>/dev/null | head -1)
+  if [ -z "$ninja" ]; then echo "reduced fused_moe_90: no build.ninja yet, $(( $(date +%s) - $(cat "$R"/started) )) s"; return; fi
+  echo "reduced fused_moe_90: $(find "$(dirname "$ninja")" -name '*.o' | wc -l) objects of $(grep -c '^build .*\.o:' "$ninja")," \
+       "$(( $(date +%s) - $(cat "$R"/started) )) s after the start; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+moe_chain() {  # stock, then the fault, in one scratch FlashInfer and one run workspace
+  cd "$R" || exit 1
+  export PYTHONPATH=$R/tree:$REPO:/tmp/site XDG_CACHE_HOME=$R/cache MAX_JOBS=${MOE_JOBS:-$(nproc)}
+  python3 "$HERE"/run_only.py flashinfer:cutlass_fused_moe_sm90 sm_90 > stock.json 2> stock.err; echo $? > stock.rc
+  date +%s > fault.started
+  python3 "$HERE"/inject_fault.py moe-empty-body "$R"/tree/flashinfer > fault.txt 2>&1
+  python3 "$HERE"/run_only.py flashinfer:cutlass_fused_moe_sm90 sm_90 > fault.json 2> fault.err; echo $? > fault.rc
+}
+moe_report() {
+  for v in stock fault; do
+    [ -f "$R/$v.rc" ] || { echo "$v: not finished"; continue; }
+    echo "--- $v: exit $(cat "$R/$v.rc")"; cat "$R/$v.txt" 2>/dev/null
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['result'], d['elapsed_s'], 's:', d['reason']); r=d.get('evidence',{}).get('run',{}); print('build_s', r.get('build_s'), 'run_s', r.get('run_s')); [print(' ', c.get('name'), c.get('ok'), c.get('max_abs_err'), c.get('n_bad'), c.get('numel'), c.get('n_nonfinite')) for c in r.get('cases',[])]" "$R/$v.json" || tail -c 1500 "$R/$v.json"
+    tail -c 1500 "$R/$v.err"; cp "$R/$v.json" "$OUT/moe-reduced-$v.json" 2>/dev/null
+  done
+}
+moe_reduced_wait() {
+  local deadline=$(( $(date +%s) + ${MOE_WAIT:-540} ))
+  while [ ! -f "$R"/fault.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do moe_reduced_progress; sleep 30; done
+  moe_reduced_progress; moe_report
+}
+moe_reduced() {
+  nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv; nvcc --version | tail -2; nproc; which nm
+  rm -rf "$R"; mkdir -p "$R"/tree && cp -r /tmp/site/flashinfer "$R"/tree/ && date +%s > "$R"/started
+  (setsid bash "$HERE"/gpu_validation.sh moe-chain < /dev/null > "$R"/chain.log 2>&1 &)
+  sleep 5; moe_reduced_wait
+}
+
+spec_timing() {
+  export XDG_CACHE_HOME=$W/spec-cache; rm -rf "$XDG_CACHE_HOME"
+  step $SM probe --arch sm_90 --arch sm_100 --arch sm_120 --probe spec
+  step $SM probe --arch sm_90 --arch sm_100 --arch sm_120 --probe spec
+  rm -rf "$XDG_CACHE_HOME"; step $SM preflight --arch sm_120
+}
+
 case "$SECTION" in
   ladder) ladder 2>&1 | tee "$OUT/gpu-validation.log" ;;
   run-rung) run_rung 2>&1 | tee "$OUT/gpu-run-rung.log" ;;
@@ -171,5 +219,9 @@ case "$SECTION" in
   timing) timing 2>&1 | tee "$OUT/gpu-timing.log" ;;
   timing-pcie) timing flashinfer:pcie_ipc_comm timing-pcie 2>&1 | tee "$OUT/gpu-timing-pcie.log" ;;
   timing-probe) timing_probe 2>&1 | tee "$OUT/gpu-timing-probe.log" ;;
-  *) echo "unknown section $SECTION: ladder, run-rung, moe-wait, moe-run, timing, timing-pcie or timing-probe" >&2; exit 2 ;;
+  moe-chain) moe_chain ;;
+  spec-timing) spec_timing 2>&1 | tee "$OUT/gpu-spec-timing.log" ;;
+  moe-reduced) moe_reduced 2>&1 | tee "$OUT/gpu-moe-reduced.log" ;;
+  moe-reduced-wait) moe_reduced_wait 2>&1 | tee -a "$OUT/gpu-moe-reduced.log" ;;
+  *) echo "unknown section $SECTION: ladder, run-rung, moe-wait, moe-run, moe-reduced, moe-reduced-wait, spec-timing, timing, timing-pcie or timing-probe" >&2; exit 2 ;;
 esac

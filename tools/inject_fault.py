@@ -9,6 +9,8 @@ allreduce fusion fails on SM12x with FlashInfer <= 0.6.16, while the static and 
   (b) big-cluster  the fusion launcher asks for a cluster of 32 blocks, more than any Hopper can
                    launch (8 portable, 16 with opt-in), as the unclamped launcher's fixed cluster
                    of 8 is more than SM12x can be relied on to launch
+  moe-empty-body   for the fused-MoE check: the CUTLASS MoE's expandInputRowsKernel (which puts the
+                   tokens in expert order before the first GEMM) compiled out for __CUDA_ARCH__ >= 900
 
     python tools/inject_fault.py empty-body|big-cluster FLASHINFER_PACKAGE_DIR
 
@@ -50,7 +52,19 @@ def big_cluster(text: str) -> str:
     return text[:at] + "  cluster_size = 32;  // sm120patch fault (b): more than the device can launch\n" + text[at:]
 
 
-FAULTS = {"empty-body": empty_body, "big-cluster": big_cluster}
+MOE_FILE = "data/csrc/fused_moe/cutlass_backend/cutlass_fused_moe_kernels.cuh"
+EXPAND = "__global__ void expandInputRowsKernel("
+
+
+def moe_empty_body(text: str) -> str:
+    start = text.index("{\n", _once(text, EXPAND)) + 2
+    end = text.index("\n}\n", start) + 1  # the body's closing brace, at column 0
+    guard = "#if !(defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900))  // sm120patch fault (moe)\n"
+    return text[:start] + guard + text[start:end] + "#endif  // sm120patch fault (moe)\n" + text[end:]
+
+
+FAULTS = {"empty-body": empty_body, "big-cluster": big_cluster, "moe-empty-body": moe_empty_body}
+FILES = {"moe-empty-body": MOE_FILE}
 
 
 def main(argv: list[str]) -> int:
@@ -61,7 +75,7 @@ def main(argv: list[str]) -> int:
     if "site-packages" in pkg.parts or "dist-packages" in pkg.parts:
         print(f"{pkg}: refusing to edit an installed FlashInfer; copy it first", file=sys.stderr)
         return 2
-    path = pkg / FILE
+    path = pkg / FILES.get(argv[1], FILE)
     path.write_text(FAULTS[argv[1]](path.read_text(encoding="utf-8")), encoding="utf-8")
     print(f"{argv[1]}: edited {path}")
     return 0

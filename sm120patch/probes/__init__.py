@@ -26,11 +26,20 @@ from sm120patch.probes.build import check_build
 from sm120patch.probes.cache import ProbeCache, default_cache_dir
 from sm120patch.probes.evidence import changes, fingerprint
 from sm120patch.probes.run import check_run, run_fingerprint
-from sm120patch.probes.spec import check_spec
+from sm120patch.probes.spec import Ask, build_ask, check_spec, prefetch
 from sm120patch.probes.static import check_static
 from sm120patch.rungs import RESULTS, RUNGS, Step, rung_index
 
-__all__ = ["RESULTS", "RUNGS", "ProbeCache", "Verdict", "probe_kernel", "probe_recipe", "recipe_passes"]
+__all__ = [
+    "RESULTS",
+    "RUNGS",
+    "ProbeCache",
+    "Verdict",
+    "prefetch_spec",
+    "probe_kernel",
+    "probe_recipe",
+    "recipe_passes",
+]
 
 
 @dataclass
@@ -166,7 +175,7 @@ def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str, cache: Pro
     rungs: dict[str, Callable[[], Step]] = {
         "static": lambda: check_static(kernel, arch, fi),
         "artifact": lambda: _artifact(kernel, arch, fi),
-        "spec": lambda: check_spec(kernel, arch, fi),
+        "spec": lambda: check_spec(kernel, arch, fi, commands=top >= rung_index("build"), cache_root=cache_root),
         "build": lambda: check_build(kernel, arch, fi, cache_root),
         "run": lambda: check_run(kernel, arch, fi, cache_root),
     }
@@ -215,7 +224,36 @@ def probe_recipe(
     catalogue: dict[str, Kernel] | None = None,
 ) -> list[Verdict]:
     """One verdict per (need, arch); the recipe may stay only if `recipe_passes` says so."""
+    prefetch_spec(needs, archs, fi, level, cache, catalogue)
     return [probe_kernel(n, a, fi, level, cache, catalogue) for n in needs for a in archs]
+
+
+def prefetch_spec(
+    kernel_ids: Sequence[str],
+    archs: Sequence[Arch],
+    fi: FlashInferEnv,
+    level: str,
+    cache: ProbeCache | None = None,
+    catalogue: dict[str, Kernel] | None = None,
+) -> None:
+    """Ask FlashInfer every spec question these probes will have in one go (one interpreter per arch,
+    not one per check), skipping those a cached verdict or the catalogue already answers."""
+    if level not in RUNGS or rung_index(level) < rung_index("spec") or not fi.found or not fi.python:
+        return
+    commands = rung_index(level) >= rung_index("build")
+    asks = []
+    for kid in dict.fromkeys(kernel_ids):
+        kernel = get_kernel(kid, catalogue)
+        for arch in archs:
+            if kernel.absent_on(arch) or (cache and (hit := cache.get(_cache_key(kernel, arch, fi, level)))
+                                          and not changes(hit.get("evidence") or {}, fi)):  # fmt: skip
+                continue
+            static = check_static(kernel, arch, fi)
+            if static.result == "fail" and static.final:
+                continue  # the ladder stops before the spec rung
+            asks.append(build_ask(kernel, arch) if commands else Ask(kernel, arch))
+    if len(asks) > 1:
+        prefetch(asks, fi, Path(cache.root) if cache else None)
 
 
 def recipe_passes(verdicts: Sequence[Verdict]) -> bool:

@@ -39,32 +39,14 @@ from sm120patch.device import CudaToolkit, can_build_for, find_cuda
 from sm120patch.elf import ElfError, KernelCode, cubin_kernels, cubin_sm
 from sm120patch.flashinfer_env import FlashInferEnv
 from sm120patch.kernels import Kernel
-from sm120patch.probes.evidence import file_sha
-from sm120patch.probes.spec import NO_ARCH
-from sm120patch.probes.subproc import child_env, own_dir, run_script
+from sm120patch.probes.cache import file_digest as file_sha
+from sm120patch.probes.cache import forget_digests
+from sm120patch.probes.spec import NO_ARCH, answer_for, ask, build_ask
 from sm120patch.rungs import Step
 
 TIMEOUT_S = 3600.0  # per translation unit
 SCHEMA = 2
 FI = "<flashinfer>"  # stands for the FlashInfer package folder in cached commands and deps
-
-SCRIPT = r"""
-import importlib, json, shlex, sys
-mod, gen, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-out = {}
-try:
-    spec = getattr(importlib.import_module(mod), gen)(**kwargs)
-except BaseException as e:
-    out.update(stage="spec", error=f"{type(e).__name__}: {e}")
-else:
-    try:
-        cmds = spec.get_compile_commands()
-        out.update(ok=True, name=getattr(spec, "name", None),
-                   commands=[{"file": c["file"], "argv": shlex.split(c["command"])} for c in cmds])
-    except BaseException as e:
-        out.update(stage="commands", error=f"{type(e).__name__}: {e}")
-print(json.dumps(out))
-"""
 
 
 @dataclass
@@ -103,25 +85,23 @@ class Findings:
 # --- asking FlashInfer how it compiles the module ---------------------------------------------------
 
 
-def _units(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cuda: CudaToolkit, family: bool) -> Step | list[Unit]:
-    assert fi.python is not None
-    sys_path = str(fi.sys_path) if fi.source == "tree" and fi.sys_path else None
-    with own_dir("build") as ws:
-        env = child_env(arch, sys_path, str(ws), family)
-        if cuda.home:
-            env["CUDA_HOME"] = cuda.home
-        args = [kernel.module, kernel.generator, json.dumps(dict(kernel.generator_kwargs))]
-        res = run_script(fi.python, SCRIPT, args, env, 300.0)
-    p = res.payload
-    if p is None:
-        return Step("unknown", f"build: {fi.python} exited {res.returncode}: {res.stderr_tail[-300:]}")
+def _units(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cuda: CudaToolkit, cache_root: Path) -> Step | list[Unit]:
+    """FlashInfer's compile commands for the module: asked once, then read back from the answer cache
+    while none of the Python files that produced them changed (and every source they name exists)."""
+    a = build_ask(kernel, arch, cuda)
+    p = answer_for(a, fi, cache_root)
+    if p.get("ok") and "commands" in p and not all(Path(c["file"]).is_file() for c in p["commands"]):
+        p = ask([a], fi, cache_root, use_cache=False).get(a) or {}  # a source it generated is gone
+    if p.get("stage") in ("crash", "timeout"):
+        return Step("unknown", f"build: asking {kernel.module}.{kernel.generator}(): {p.get('error')}")
     if not p.get("ok"):
         err = str(p.get("error", ""))
         if NO_ARCH in err:
             return Step("fail", f"build: {kernel.generator}() raised {err}")
-        if p.get("stage") == "commands":
-            return Step("unknown", f"build: this FlashInfer cannot list its compile commands ({err})")
         return Step("unknown", f"build: asking {kernel.module}.{kernel.generator}() failed: {err[-300:]}")
+    if "commands" not in p:
+        why = p.get("commands_error", "no commands")
+        return Step("unknown", f"build: this FlashInfer cannot list its compile commands ({why})")
     units = [Unit(Path(c["file"]), list(c["argv"])) for c in p["commands"] if str(c["file"]).endswith(".cu")]
     if not units:
         return Step("unknown", f"build: {kernel.generator}() lists no CUDA sources")
@@ -347,6 +327,7 @@ def judge(findings: Findings, arch: Arch, where: str) -> Step:
 
 def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, timeout: float = TIMEOUT_S) -> Step:
     """Compile the kernel's module for `arch` (cached), then judge its cubins."""
+    forget_digests()
     if not fi.python or fi.package_dir is None:
         return Step("unknown", "build: no Python interpreter to ask this FlashInfer how it compiles the module")
     cuda = find_cuda()
@@ -356,7 +337,7 @@ def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
         return Step("unknown", f"build: {why}")
     if cuda.nvcc is None:
         return Step("unknown", "build: no nvcc")
-    units = _units(kernel, arch, fi, cuda, ok)
+    units = _units(kernel, arch, fi, cuda, cache_root)
     if isinstance(units, Step):
         return units
     cache = cache_root / "builds" / "cubins"

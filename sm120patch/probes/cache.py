@@ -51,3 +51,76 @@ class ProbeCache:
             os.replace(tmp, self._path(key))
         except OSError:
             pass  # a cache that cannot be written only costs time
+
+
+# --- file signatures: what a cached answer stood on, checked without starting the interpreter ------
+
+_SHA_MEMO: dict[tuple[str, int, int, int], str] = {}
+
+
+def forget_digests() -> None:
+    """Start a new look: files may have changed since the last one (a test, a long-lived caller)."""
+    _SHA_MEMO.clear()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, remembered per (path, inode, size, mtime) so one run hashes a header once
+    however many translation units include it; "missing" for a file that is not there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    memo = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if (hit := _SHA_MEMO.get(memo)) is not None:
+        return hit
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+    _SHA_MEMO[memo] = digest
+    return digest
+
+
+def file_signature(path: Path, hashed_under: Path | None) -> str:
+    """The bytes' sha256 for files under `hashed_under` (FlashInfer's own, which a recipe or a user
+    edits), size and mtime for the rest (torch, the standard library: a reinstall changes both)."""
+    if hashed_under is not None and path.is_relative_to(hashed_under):
+        return "sha256:" + file_digest(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    return f"stat:{st.st_size}:{st.st_mtime_ns}"
+
+
+class AnswerCache:
+    """What FlashInfer's generator said (a JitSpec, an error, its compile commands), one JSON file per
+    question, kept with the signature of every Python file the interpreter had loaded: an answer
+    counts only while all of them are unchanged, so a warm probe starts no interpreter at all."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root) / "answers"
+
+    def get(self, key: str, hashed_under: Path | None) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
+            return None
+        for name, sig in data["files"].items():
+            if file_signature(Path(name), hashed_under) != sig:
+                return None
+        answer = data.get("answer")
+        return answer if isinstance(answer, dict) else None
+
+    def put(self, key: str, answer: dict[str, Any], files: list[str], hashed_under: Path | None) -> None:
+        sigs = {f: file_signature(Path(f), hashed_under) for f in files}
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"schema": SCHEMA, "files": sigs, "answer": answer}, f)
+            os.replace(tmp, self.root / f"{key}.json")
+        except OSError:
+            pass

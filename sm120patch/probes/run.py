@@ -127,6 +127,10 @@ def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, t
     )
     step = judge_ranks(check, arch, prep, run)
     step.reason += origin
+    # a check that built a module of its own (the fused MoE's reduced one) says what it built and what not
+    built = next((c.result["reduced"] for c in run.children if c.result and c.result.get("reduced")), None)
+    if built:
+        step.evidence["run"]["reduced"] = built
     step.evidence["run"].update(
         kernel=kernel.id,
         check_file=str(path),

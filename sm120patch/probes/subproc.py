@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sm120patch.arch import Arch
 from sm120patch.probes.cache import default_cache_dir
@@ -31,6 +33,7 @@ class ChildResult:
     stderr_tail: str
     elapsed_s: float
     timed_out: bool = False
+    lines: list[dict[str, Any]] = field(default_factory=list)  # every JSON line, in order
 
 
 def _pid_alive(pid: int) -> bool:
@@ -92,6 +95,20 @@ def child_env(arch: Arch, sys_path: str | None, workspace: str, cuda_at_least_12
     return env
 
 
+_LIVE: set[subprocess.Popen[str]] = set()  # children of run_script still running, in any thread
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live() -> None:
+    """End every child run_script started that is still running (the caller was interrupted while
+    other threads waited on them)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -117,6 +134,8 @@ def run_script(
     except OSError as e:
         return ChildResult(None, None, f"cannot start {python}: {e}", 0.0)
     timed_out = False
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         while True:
             try:
@@ -137,13 +156,19 @@ def run_script(
         if show:
             sys.stderr.write("\n")
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     if show:
         sys.stderr.write(f"\r{progress} ... {time.monotonic() - start:4.0f} s\n")
-    payload = None
-    for line in reversed((out or "").strip().splitlines()):
+    lines: list[dict[str, Any]] = []
+    for line in (out or "").strip().splitlines():
         try:
-            payload = json.loads(line)
-            break
+            obj = json.loads(line)
         except ValueError:
             continue
-    return ChildResult(payload, proc.returncode, (err or "").strip()[-800:], time.monotonic() - start, timed_out)
+        if isinstance(obj, dict):
+            lines.append(obj)
+    payload = lines[-1] if lines else None
+    elapsed = time.monotonic() - start
+    return ChildResult(payload, proc.returncode, (err or "").strip()[-800:], elapsed, timed_out, lines)

@@ -16,7 +16,9 @@ import pytest
 from sm120patch.arch import Arch
 from sm120patch.device import detect
 from sm120patch.flashinfer_env import from_python
+from sm120patch.kernels import get_kernel
 from sm120patch.probes import ProbeCache, probe_kernel
+from sm120patch.probes.run import check_run
 from tests.conftest import requires
 
 pytestmark = pytest.mark.gpu
@@ -64,13 +66,17 @@ def test_rmsnorm_runs_right(machine, tmp_path) -> None:
 
 
 def test_fused_moe_runs_right(machine, tmp_path) -> None:
-    requires(
-        os.environ.get("SM120PATCH_GPU_MOE") == "1",
-        "set SM120PATCH_GPU_MOE=1: a cold JIT build of the CUTLASS fused-MoE module is 181 objects "
-        "(62 of them took 9 min on 32 cores of an H200 host)",
-    )
+    """On SM90 the check builds its reduced bf16 module (30 of 181 units for 0.6.1: 300 s on 16 cores of
+    an H200); the run rung is asked alone, since the build rung compiles the whole module's cubins."""
     arch = _arch_with(machine, 1)
     kernel = {9: "cutlass_fused_moe_sm90", 10: "cutlass_fused_moe_sm100", 12: "cutlass_fused_moe_sm120"}.get(arch.major)
     requires(kernel is not None, f"{arch.name}: no CUTLASS fused-MoE module in the catalogue")
-    v = probe_kernel(f"flashinfer:{kernel}", arch, _fi(machine[1]), "run", ProbeCache(tmp_path))
-    assert (v.result, v.rung) == ("pass", "run"), v.reason
+    requires(
+        arch.major == 9 or os.environ.get("SM120PATCH_GPU_MOE") == "1",
+        f"set SM120PATCH_GPU_MOE=1: on {arch.name} the check builds FlashInfer's whole fused-MoE module "
+        "(NVFP4 too), about 180 objects",
+    )
+    step = check_run(get_kernel(f"flashinfer:{kernel}"), arch, _fi(machine[1]), tmp_path)
+    assert step.result == "pass", step.reason
+    if arch.major == 9:
+        assert "reduced to bf16" in step.reason and "not built" in step.reason

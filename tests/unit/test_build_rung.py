@@ -13,7 +13,7 @@ from sm120patch.arch import parse_arch
 from sm120patch.device import CudaToolkit, can_build_for, find_cuda
 from sm120patch.flashinfer_env import from_tree
 from sm120patch.kernels import get_kernel
-from sm120patch.probes import ProbeCache, build, probe_kernel
+from sm120patch.probes import ProbeCache, build, probe_kernel, spec
 from tests.unit.fi_fakes import BODY_OPEN, make_buildable_tree
 
 SM90, SM120 = parse_arch("sm_90"), parse_arch("sm_120")
@@ -80,6 +80,45 @@ def test_warm_build_reads_hashes_only_and_a_header_edit_rebuilds(
     fixed = probe_kernel(COMM, SM120, fi, "build", ProbeCache(tmp_path / "c"))
     assert not fixed.cached and fixed.result == "pass", fixed.reason
     assert "1 compiled" in fixed.reason  # fake_other.cu did not include it: still from cache
+
+
+@requires_nvcc
+def test_a_warm_build_starts_no_interpreter_and_a_header_rebuilds_only_its_units(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No verdict cache: the compile commands come from the answer cache (every Python file the
+    generator loaded unchanged), the cubins from theirs (every header nvcc read unchanged)."""
+    fi = _fi(tmp_path, guarded=True)
+    kernel = get_kernel(COMM)
+    cold = build.check_build(kernel, SM120, fi, tmp_path / "c")
+    assert cold.result == "fail" and "2 compiled" in cold.reason
+    compiled: list[str] = []
+    real_nvcc = build._run_nvcc
+
+    def nvcc(argv: list[str], timeout: float):  # noqa: ANN202
+        compiled.append(next(Path(a).name for a in argv if a.endswith(".cu")))
+        return real_nvcc(argv, timeout)
+
+    def no_interpreter(*a: object, **k: object) -> None:
+        raise AssertionError("a warm build started the target interpreter (FlashInfer, torch)")
+
+    with monkeypatch.context() as m:
+        m.setattr(spec, "run_script", no_interpreter)
+        m.setattr(build, "_run_nvcc", nvcc)
+        warm = build.check_build(kernel, SM120, fi, tmp_path / "c")
+        assert warm.result == "fail" and "all from cache" in warm.reason and compiled == []
+        # a header only fake_comm.cu includes: that unit is compiled again, fake_other.cu is not
+        (fi.package_dir / "data" / "include" / "fake" / "body.cuh").write_text(BODY_OPEN)
+        fixed = build.check_build(kernel, SM120, fi, tmp_path / "c")
+    assert fixed.result == "pass" and "1 compiled" in fixed.reason, fixed.reason
+    assert compiled == ["fake_comm.cu"]
+    # the generator itself changed: FlashInfer is asked again for its commands
+    comm = fi.package_dir / "jit" / "comm.py"
+    comm.write_text(comm.read_text() + "\n# edited\n")
+    with monkeypatch.context() as m:
+        m.setattr(spec, "run_script", no_interpreter)
+        with pytest.raises(AssertionError, match="started the target interpreter"):
+            build.check_build(kernel, SM120, fi, tmp_path / "c")
 
 
 @requires_nvcc

@@ -256,3 +256,117 @@ def test_arch_list_values() -> None:
     assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == [
         "9.0a", "10.0a", "12.0f", "12.1a"]
     assert arch_list_value(SM120, cuda_at_least_12_9=False) == "12.0a"
+
+
+CRASHING_COMM = """
+import os
+
+
+class JitSpec:
+    name = "x"
+
+
+def gen_trtllm_comm_module():
+    return JitSpec()
+
+
+def gen_norm_module():
+    os.abort()  # what a generator that takes the interpreter down looks like from outside
+
+
+def gen_moe_module():
+    raise RuntimeError("No supported CUDA architectures found for major versions [10].")
+
+
+def gen_xqa_module():
+    import time
+    time.sleep(60)  # a generator that hangs (a download with no network)
+"""
+
+
+def _kernels() -> dict[str, object]:
+    base = load_kernels()[COMM]
+    return {
+        name: dataclasses.replace(base, id=f"flashinfer:{name}", generator=gen, source_checks=())
+        for name, gen in (
+            ("comm", "gen_trtllm_comm_module"),
+            ("norm", "gen_norm_module"),
+            ("moe", "gen_moe_module"),
+            ("xqa", "gen_xqa_module"),
+        )
+    }
+
+
+def test_one_interpreter_answers_every_check_and_a_crash_is_that_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_tree(tmp_path / "t", gate="[9, 10, 12]")
+    (tmp_path / "t" / "flashinfer" / "jit" / "comm.py").write_text(CRASHING_COMM)
+    fi = from_tree(tmp_path / "t", python=sys.executable)
+    k = _kernels()
+    started: list[int] = []
+    real = spec_mod.run_script
+
+    def counting(python, script, args, env, timeout, progress=None):  # noqa: ANN001, ANN202
+        started.append(len(__import__("json").loads(args[0])))
+        return real(python, script, args, env, timeout, progress)
+
+    monkeypatch.setattr(spec_mod, "run_script", counting)
+    asks = [spec_mod.Ask(k[n], SM120) for n in ("comm", "moe")]
+    out = spec_mod.ask(asks, fi, tmp_path / "c")
+    assert started == [2]  # two checks, one interpreter
+    assert out[asks[0]]["ok"] and "No supported CUDA architectures" in out[asks[1]]["error"]
+    # the crash is the check's that was running; the check after it gets a fresh interpreter
+    started.clear()
+    asks = [spec_mod.Ask(k[n], SM120) for n in ("norm", "comm")] + [spec_mod.Ask(k["comm"], SM90)]
+    out = spec_mod.ask(asks, fi, tmp_path / "c2")
+    # sm_120: [norm, comm] crashed on norm, then [comm] alone; sm_90: [comm], beside them
+    assert sorted(started) == [1, 1, 2], started
+    assert out[asks[0]]["stage"] == "crash" and "exited" in out[asks[0]]["error"]
+    assert out[asks[1]]["ok"] and out[asks[2]]["ok"]
+    step = spec_mod.check_spec(k["norm"], SM120, fi, cache_root=tmp_path / "c2")  # never cached: asked again
+    assert step.result == "unknown" and "exited" in step.reason and "gen_norm_module" in step.reason
+
+
+def test_a_warm_spec_answer_starts_no_interpreter_until_a_file_it_loaded_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fi = from_tree(make_tree(tmp_path / "t", gate="[9, 10, 12]"), python=sys.executable)
+    kernel = load_kernels()[COMM]
+    cold = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert cold.result == "pass" and "from cache" not in cold.reason
+    with monkeypatch.context() as m:
+        m.setattr(spec_mod, "run_script", _no_subprocess)
+        warm = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert warm.result == "pass" and "from cache" in warm.reason
+    # FlashInfer's package __init__ was loaded by the answer: an edit there asks again
+    (tmp_path / "t" / "flashinfer" / "__init__.py").write_text("X = 1\n")
+    again = spec_mod.check_spec(kernel, SM120, fi, cache_root=tmp_path / "c")
+    assert again.result == "pass" and "from cache" not in again.reason
+
+
+def test_two_kernels_with_one_generator_share_one_answer_and_it_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalogue has kernels that share a generator (fused MoE and its tactic skip): their one
+    answer is cached, so neither asks again."""
+    fi = from_tree(make_tree(tmp_path / "t", gate="[9, 10, 12]"), python=sys.executable)
+    base = load_kernels()[COMM]
+    twin = dataclasses.replace(base, id="flashinfer:twin")
+    out = spec_mod.ask([spec_mod.Ask(base, SM120), spec_mod.Ask(twin, SM120)], fi, tmp_path / "c")
+    assert all(a.get("ok") for a in out.values())
+    with monkeypatch.context() as m:
+        m.setattr(spec_mod, "run_script", _no_subprocess)
+        again = spec_mod.ask([spec_mod.Ask(twin, SM120)], fi, tmp_path / "c")
+    assert next(iter(again.values())).get("cached")
+
+
+def test_a_hung_check_is_that_checks_and_the_rest_are_answered(tmp_path: Path) -> None:
+    make_tree(tmp_path / "t", gate="[9, 10, 12]")
+    (tmp_path / "t" / "flashinfer" / "jit" / "comm.py").write_text(CRASHING_COMM)
+    fi = from_tree(tmp_path / "t", python=sys.executable)
+    k = _kernels()
+    asks = [spec_mod.Ask(k["xqa"], SM120), spec_mod.Ask(k["comm"], SM120)]
+    out = spec_mod.ask(asks, fi, tmp_path / "c", timeout=3.0)
+    assert out[asks[0]]["stage"] == "timeout" and "within 3 s" in out[asks[0]]["error"]
+    assert out[asks[1]]["ok"]

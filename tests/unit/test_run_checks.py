@@ -8,8 +8,11 @@ reference must equal a token-by-token MoE, its NVFP4 decoding must invert the pa
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +102,66 @@ def test_the_comparison_never_lets_nan_pass(results: dict) -> None:
     assert not nan["ok"] and nan["n_bad"] == 1 and nan["n_nonfinite"] == 1
     assert not results["cmp_rel"]["ok"] and results["cmp_rel"]["n_bad"] == 16  # 0.5 > 0.4*|1|
     assert not results["cmp_shape"]["ok"] and "shape" in results["cmp_shape"]["error"]
+
+
+# --- the reduced fused-MoE module's stubs: a module that lost units still loads, and says so if called ---
+
+USER_CPP = """
+namespace tensorrt_llm { struct Runner { virtual ~Runner(); virtual int run(); };
+int dropped_launcher(int);
+extern "C" int kept(int x) { return x + 1; }
+extern "C" int calls_dropped(int x) { return dropped_launcher(x); }
+extern "C" void* makes_dropped() { return new Runner(); } }
+"""
+
+
+def _moe_reduced():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("moe_reduced", CHECKS_DIR / "moe_reduced.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not (shutil.which("c++") and shutil.which("nm")), reason="needs a host C++ compiler and nm")
+def test_stubs_let_a_module_with_dropped_units_load_and_a_call_into_one_abort_by_name(tmp_path: Path) -> None:
+    moe = _moe_reduced()
+    (tmp_path / "user.cpp").write_text(USER_CPP)
+    so = tmp_path / "mod.so"
+    build = ["c++", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "user.cpp")]
+    subprocess.run(build, check=True, timeout=120)
+    load = "import ctypes, sys; m = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL | 2); print(m.kept(41))"
+    r = subprocess.run([sys.executable, "-c", load, str(so)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "undefined symbol" in r.stderr  # RTLD_NOW: what a dropped unit does
+    symbols = moe.missing_symbols(so)
+    assert "_ZN12tensorrt_llm16dropped_launcherEi" in symbols and any(s.startswith("_ZTV") for s in symbols)
+    (tmp_path / "stubs.cpp").write_text(moe.stub_source(symbols))
+    subprocess.run([*build, str(tmp_path / "stubs.cpp")], check=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", load, str(so)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout.strip()) == (0, "42"), r.stderr
+    call = load.replace("print(m.kept(41))", "m.calls_dropped(1)")
+    r = subprocess.run([sys.executable, "-c", call, str(so)], capture_output=True, text=True, timeout=60)
+    assert r.returncode < 0 and "_ZN12tensorrt_llm16dropped_launcherEi was not built" in r.stderr
+
+
+def test_the_bf16_filter_reads_every_spelling_of_another_type() -> None:
+    moe = _moe_reduced()
+    keep = (
+        "INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM(Sm90, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, void, NONE, 128);"
+    )
+    assert moe.keeps(keep)
+    for other in ("half", "__nv_fp8_e4m3", "cutlass::uint4b_t", "Fp4Type", "cutlass::float_e2m1_t", "uint8_t"):
+        assert not moe.keeps(keep.replace("__nv_bfloat16, void", f"{other}, void")), other
+    sm80 = "template void sm80_launcher<cutlass::bfloat16_t, cutlass::bfloat16_t, 16, 128>(float const* a);"
+    assert moe.keeps(sm80)  # a float in the parameter list is not an element type
+    text = (
+        "#include <x>\nnamespace a {\n#if 1\n"
+        + keep
+        + "\n#endif\n\n#if 1\n"
+        + keep.replace("__nv_bfloat16, void", "half, void")
+        + "\n#endif\n}\n"
+    )
+    out, kept, of = moe.filter_generated(text)
+    assert (kept, of) == (1, 2) and "half" not in out and out.startswith("#include <x>") and out.endswith("}\n")

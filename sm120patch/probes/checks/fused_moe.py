@@ -11,10 +11,20 @@ Layout facts (read from FlashInfer's own tests, not copied): fc1 holds [w3; w1] 
 [E, 2*I, H], and SwiGLU is silu(x @ w1^T) * (x @ w3^T); fc2 is [E, H, I]. NVFP4 packs two e2m1
 values a byte (low nibble first) and keeps one e4m3 scale per 16 values in 128x4 swizzled tiles.
 
+Where the check runs bf16 alone (SM90), it builds a reduced module of its own (moe_reduced.py:
+FlashInfer's own spec, only the bf16 units and instantiations; 30 of 181 units for 0.6.1) instead
+of FlashInfer's whole fused_moe_90 (35 minutes on 16 cores), and puts it where
+`get_cutlass_fused_moe_module` looks, so `cutlass_fused_moe` runs it. The result says what was
+built and what was not. SM120PATCH_MOE_FULL=1, or an arch with the NVFP4 case, builds FlashInfer's
+whole module as a server would.
+
 Executed by harness.py under the target interpreter; never imported by the tool.
 """
 
+import importlib.util
+import os
 import time
+from pathlib import Path
 
 BACKEND = None  # one process: no process group
 EXPERTS, TOP_K, HIDDEN, INTER = 4, 2, 256, 256
@@ -31,6 +41,38 @@ def _module_arch(ctx):
     return major, f"{major * 10 + minor}"
 
 
+GENERATORS = {"90": "gen_cutlass_fused_moe_sm90_module"}  # archs whose check runs bf16 only
+REDUCED = {}  # the record of the reduced build, once made in this process
+
+
+def _reduced_module(arch):
+    """Build (or load) the reduced module and make FlashInfer's fused-MoE entry point use it."""
+    import flashinfer.fused_moe.core as core
+    import flashinfer.jit.fused_moe as jit_fused_moe
+
+    here = Path(__file__).resolve().parent / "moe_reduced.py"
+    spec = importlib.util.spec_from_file_location("sm120patch_moe_reduced", here)
+    reduced = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reduced)
+    full = getattr(jit_fused_moe, GENERATORS[arch])()  # FlashInfer's own spec (it generates the sources)
+    work = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / "sm120patch-moe-reduced" / arch
+    module, record = reduced.build_and_load(full, work, f"fused_moe_{arch}_sm120patch_bf16")
+
+    class Built:
+        def build_and_load(self):
+            return module
+
+    setattr(core, GENERATORS[arch], lambda use_fast_build=False: Built())
+    if hasattr(core.get_cutlass_fused_moe_module, "cache_clear"):
+        core.get_cutlass_fused_moe_module.cache_clear()
+    REDUCED.update(record)
+    return record
+
+
+def _use_reduced(major, arch):
+    return arch in GENERATORS and major not in (10, 12) and os.environ.get("SM120PATCH_MOE_FULL") != "1"
+
+
 def prepare(ctx):
     """Build (JIT) or load the fused-MoE module for this GPU (and the FP4 quantizer where used)."""
     import torch
@@ -38,12 +80,28 @@ def prepare(ctx):
 
     torch.cuda.set_device(ctx.device)
     major, arch = _module_arch(ctx)
+    if _use_reduced(major, arch):
+        record = _reduced_module(arch)
+        get_cutlass_fused_moe_module(arch)
+        return {"module": record["module"], "reduced": record}
     get_cutlass_fused_moe_module(arch)
     if major in (10, 12):
         from flashinfer import fp4_quantize
 
         fp4_quantize(torch.ones(128, 64, dtype=torch.bfloat16, device="cuda"), torch.ones(1, device="cuda"))
     return {"module": f"fused_moe_{arch}"}
+
+
+def _built(major, arch):
+    """What the api line says about the module the check ran."""
+    if not REDUCED:
+        return f"fused_moe_{arch}"
+    r = REDUCED
+    inst = sum(b.get("kept", 0) for b in r["built"] if b["file"] != "cutlass_fused_moe_instantiation.cu")
+    return (
+        f"fused_moe_{arch} reduced to bf16: {r['units']} of {r['of_units']} units built "
+        f"({inst} bf16 GEMM instantiations), {len(r['dropped'])} not built, {r['stubbed_symbols']} symbols stubbed"
+    )
 
 
 def _routing(logits):
@@ -165,6 +223,8 @@ def run_rank(ctx):
 
     torch.cuda.set_device(ctx.device)
     major, arch = _module_arch(ctx)
+    if _use_reduced(major, arch):
+        _reduced_module(arch)  # built by prepare: ninja finds it up to date, then it is loaded
     dev = torch.device("cuda", ctx.device)
     kinds = [("bfloat16", _case_bf16)] + ([("nvfp4", _case_nvfp4)] if major in (10, 12) else [])
     cases = []
@@ -188,4 +248,5 @@ def run_rank(ctx):
                 "kernel_s": round(time.monotonic() - start, 4),
             }
             cases.append(ctx.compare(name, out, ref, ATOL[dtype], ATOL[dtype], **meta))
-    return {"api": f"cutlass_fused_moe (fused_moe_{arch})", "gpu": torch.cuda.get_device_name(dev), "cases": cases}
+    api = f"cutlass_fused_moe ({_built(major, arch)})"
+    return {"api": api, "gpu": torch.cuda.get_device_name(dev), "cases": cases, "reduced": REDUCED or None}
