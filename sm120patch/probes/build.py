@@ -329,7 +329,11 @@ def check_build(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path,
     """Compile the kernel's module for `arch` (cached), then judge its cubins."""
     forget_digests()
     if not fi.python or fi.package_dir is None:
-        return Step("unknown", "build: no Python interpreter to ask this FlashInfer how it compiles the module")
+        return Step(
+            "unknown",
+            "build: no Python interpreter to ask this FlashInfer how it compiles the module: pass --python EXE "
+            "(the server's Python, with torch)",
+        )
     cuda = find_cuda()
     family = arch.major == 12 and arch.minor == 0
     ok, why = can_build_for(cuda, arch, family=family)

@@ -101,7 +101,11 @@ def check_run(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path, t
     if not kernel.run:
         return Step("unknown", f"run: {kernel.run_unavailable or 'no run check for this kernel'}")
     if not fi.python:
-        return Step("unknown", "run: no Python interpreter to run this FlashInfer under")
+        return Step(
+            "unknown",
+            "run: no Python interpreter to run this FlashInfer under"
+            ": pass --python EXE (the server's Python, with torch)",
+        )
     check = CHECKS[kernel.run]
     path = check_path(check)
     budget = timeout if timeout is not None else check.timeout_s

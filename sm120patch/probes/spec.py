@@ -267,7 +267,11 @@ def check_spec(kernel: Kernel, arch: Arch, fi: FlashInferEnv, timeout: float = T
     """(result, reason) of calling the generator for `arch` under `fi.python`; with `commands`, the
     question the build rung will ask (so the two share one answer)."""
     if not fi.python:
-        return Step("unknown", "spec: no Python interpreter to run this FlashInfer tree under")
+        return Step(
+            "unknown",
+            "spec: no Python interpreter to run this FlashInfer tree under"
+            ": pass --python EXE (the server's Python, with torch)",
+        )
     a = build_ask(kernel, arch) if commands else Ask(kernel, arch)
     p = (
         answer_for(a, fi, cache_root)

@@ -132,7 +132,7 @@ def test_an_arch_the_generator_refuses_fails_before_nvcc(tmp_path: Path, monkeyp
 def test_no_toolkit_or_no_interpreter_is_unknown_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fi = from_tree(make_buildable_tree(tmp_path / "fi", guarded=False))
     step = build.check_build(get_kernel(COMM), SM120, fi, tmp_path / "c")
-    assert step.result == "unknown" and "no Python interpreter" in step.reason
+    assert step.result == "unknown" and "no Python interpreter" in step.reason and "--python EXE" in step.reason
     fi.python = sys.executable
     monkeypatch.setattr(build, "find_cuda", lambda: CudaToolkit())
     step = build.check_build(get_kernel(COMM), SM120, fi, tmp_path / "c")

@@ -376,6 +376,6 @@ def test_no_interpreter_or_no_check_is_unknown(tmp_path: Path) -> None:
     kernel = load_kernels()["flashinfer:trtllm_comm"]
     fi = from_tree(make_tree(tmp_path, gate="[9, 10, 12]"))
     step = check_run(kernel, SM90, fi, tmp_path / "cache")
-    assert step.result == "unknown" and "no Python interpreter" in step.reason
+    assert step.result == "unknown" and "no Python interpreter" in step.reason and "--python EXE" in step.reason
     none = dataclasses.replace(kernel, run="", run_unavailable="nothing to run it on")
     assert check_run(none, SM90, fi, tmp_path / "cache").reason == "run: nothing to run it on"
