@@ -52,7 +52,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "toolchain-lacks-arch",
         re.compile(
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
-            r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?\b|PTXASError|"
+            r"[Uu]nsupported gpu architecture|"
+            r"[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?(?: [Nn]ame)?\W{0,3}(?:sm_?\d|compute_\d|\d)|"
+            r"PTXASError|--gpu-architecture|\bgpu[-_]arch\w*\b.{0,40}(?:invalid|unsupported|unknown|not)|"
+            r"does not support (?:it|(?:CUDA )?arch\w*|compute_\d+|sm_\d+)\b.{0,20}(?:nvcc|compiler)?|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
@@ -72,7 +75,14 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"unable to find an engine to execute|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
             r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
             r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
-            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary",
+            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary|"
+            r"not in the list of (?:\w+ )?arch\w*|"
+            r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
+            r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
+            r"no (?:compiled |prebuilt )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
+            r"for (?:sm|arch|comp|this|your)|"
+            r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
+            r"kernel binaries compatible with compute capability|ARCH_MISMATCH",
         ),
     ),
     (
@@ -117,7 +127,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not supported on [\d.+x ]+arch|cutlass cannot initialize|[Ff]ailed to initialize cutlass|"
             r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
             r"(?:config|kernel|tactic|algorithm|implementation)|"
-            r"NOT_SUPPORTED\b",
+            r"NOT_SUPPORTED\b|"
+            r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with) .{0,40}"
+            r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX|device|GPU)|"
+            r"(?:GPUs?|devices?|architectures?|archs?|SMs?|cards?) (?:is |are )?not (?:yet )?supported|"
+            r"[Ee]xpected (?:a )?(?:device |GPU )?(?:compute )?capability|"
+            r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
+            r"does not support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
+            r"(?:only|not) (?:be )?(?:supported|available|run) on "
+            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)",
         ),
     ),
     (
@@ -140,7 +158,12 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"GLIBC|Permission denied|PermissionError|Address already in use|Connection refused|"
             r"\b40[13]\b|[Tt]okenizer|AttributeError: module|has no attribute|incompatible with|"
             r"not found in|Could not find|pip install|No CUDA GPUs are available|"
-            r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid",
+            r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid|"
+            r"communicate with the NVIDIA driver|NVIDIA driver.{0,40}(?:not|isn't) (?:loaded|running|installed)|"
+            r"probe routine failed|None of the NVIDIA devices|nvidia-container-cli|libnvidia-ml|NVML|"
+            r"system not yet initialized|driver initialization failed|cudaGetDeviceCount|CUDA_ERROR_NOT_INITIALIZED|"
+            r"cudaErrorInitializationError|busy or unavailable|cudaErrorDevicesUnavailable|initialization error|"
+            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs",
         ),
     ),
 )
@@ -190,9 +213,11 @@ _ARCH = re.compile(
     re.I,
 )
 _SM12X_TOKEN = re.compile(
-    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
-    r"[Cc]apability\D{0,6}12[.,] ?[01]\b|\(12, ?[01]\)|"
-    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|"
+    r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
+    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
+    r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
+    r"\b(?:GeForce|consumer|workstation) Blackwell\b",  # GPU names are logkind's: a GPU shown is not a failing line
     re.I,
 )
 
@@ -261,12 +286,24 @@ class StructureFinding:
         return text
 
 
+# A refusal word; next to an architecture token in the same line it shows an arch path (any wording).
+_REFUSAL = re.compile(
+    r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
+    r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcannot run\b|\bdoes not (?:support|run)\b"
+)
+
+
 def classify_line(body: str) -> tuple[str, str] | None:
     """(class, cue) for the words of one fatal line, or None when they show no class."""
     for cls, pattern in _CUES:
         m = pattern.search(body)
         if m:
             return cls, m.group(0)
+    arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
+    if arch:
+        for r in _REFUSAL.finditer(body):
+            if abs(r.start() - arch.start()) <= 80:
+                return "arch-path-unsupported", f"{r.group(0)} ... {arch.group(0)}"
     return None
 
 

@@ -400,7 +400,9 @@ class Diagnoser:
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
         elif verdict == "maybe":
             gpu = self.kind.gpu
-            if gpu == "sm12x" and self.kind.sm12x_gpu:
+            if f.cls not in triage_classes.SM12X_CLASSES:
+                pass  # NCCL, OOM, a missing module: the GPU shown does not make them an architecture cause
+            elif gpu == "sm12x" and self.kind.sm12x_gpu:
                 ev = self.kind.sm12x_gpu
                 notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
                 if f.cls != "kernel-fault" or self.structure.evidence.sm12x_token_near(f.line_no):

@@ -68,7 +68,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "python-exception",
         "Python exception",
-        re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
+        re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
     ),
     ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
@@ -97,7 +97,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
             r"\bcannot initialize\b|"
-            r"\bno (?:\w+ )?kernel for\b|failed with error\b"
+            r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
+            r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
+            r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
+            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?:\s|"
+            r"^\s*\S+\s+-\s+(?:ERROR|CRITICAL)\s+-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]"
         ),
     ),
 )

@@ -159,7 +159,8 @@ class StructureWatcher:
         notes: list[str] = []
         if pick.cls not in triage_classes.SM12X_CLASSES:
             return "no", "", notes
-        if kind.gpu == "other" and kind.other_gpu:
+        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
+        if kind.gpu == "other" and kind.other_gpu and not token:  # "requires 9.0, got 12.0" names no other GPU
             notes.append(
                 f"the log shows a GPU that is not SM12x (line {kind.other_gpu.line_no}: {kind.other_gpu.line})"
             )
@@ -167,7 +168,6 @@ class StructureWatcher:
         shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
         if shown:
             notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
-        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
         if token:
             notes.append(f"the failing lines name SM12x ({token})")
         strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")

@@ -1,0 +1,244 @@
+# ruff: noqa: E501 (real log lines are long)
+"""The classifier on other wordings of the failures the corpus holds: the same cause written the
+way another library, framework or log format writes it (sm120, SM 12.0, (12, 1), "not implemented
+for", cuBLAS/cuDNN status names, Xid lines, loguru/glog prefixes), with no catalogue signature at
+all, so only the structure answers. Negatives: a driver that is not loaded, NCCL, OOM or a model
+error on an RTX 5090 is never blamed on SM12x. Lines written here by hand, from the messages the
+libraries print; none comes from a held-out corpus case."""
+
+from __future__ import annotations
+
+import pytest
+
+from sm120patch.triage.diagnose import diagnose
+
+G5090 = "Device 0: NVIDIA GeForce RTX 5090, compute capability 12.0\n"
+CASES = [
+    # (class, SM12x cause, log)
+    # (class, sm12x expected (True: not 'no'; False: must not be 'yes'), log)
+    (
+        "binary-lacks-arch",
+        True,
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "CUDA failure 209: no kernel image is available for execution on the device ; GPU=0 ; hostname=x ; file=/onnxruntime/core/providers/cuda/cuda_call.cc ; line=129 ; expr=cudaLaunchKernel\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "RuntimeError: parallel_for failed: cudaErrorNoKernelImageForDevice: no kernel image is available for execution on the device\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "NVIDIA GeForce RTX 5070 Ti with CUDA capability sm_120 is not compatible with the current PyTorch installation.\nThe current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "UserWarning: Found GPU0 NVIDIA GeForce RTX 5080 which is of cuda capability 12.0.\n    PyTorch no longer supports this GPU because it is too old.\n    The minimum cuda capability supported by this library is 3.7.\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "2025-03-01 10:00:00.000 E tensorflow/core/common_runtime: TensorFlow was not built with CUDA kernel binaries compatible with compute capability 12.0. CUDA kernels will be jit-compiled from PTX\nInternalError: Failed to launch kernel: CUDA_ERROR_INVALID_HANDLE\n",
+    ),
+    ("binary-lacks-arch", True, "Error named symbol not found at line 449 in file /src/csrc/ops.cu\n"),
+    (
+        "binary-lacks-arch",
+        True,
+        "[TRT] [E] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (no kernel image is available for execution on the device)\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "RuntimeError: CUDA error: invalid device function\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "ggml_cuda_compute_forward: GET_ROWS failed\nCUDA error: no kernel image is available for execution on the device\n  current device: 0, in function ggml_cuda_compute_forward at ggml-cuda.cu:2300\n",
+    ),
+    ("binary-lacks-arch", True, "RuntimeError: CUBLAS_STATUS_ARCH_MISMATCH when calling `cublasCreate(handle)`\n"),
+    ("binary-lacks-arch", True, "cuDNN error: CUDNN_STATUS_ARCH_MISMATCH\n"),
+    (
+        "binary-lacks-arch",
+        True,
+        "RuntimeError: The detected CUDA arch sm_120 is not in the list of architectures this extension was built for: 8.0;8.6;9.0\n",
+    ),
+    (
+        "binary-lacks-arch",
+        True,
+        "Error: the prebuilt binary has no kernels for sm_120; rebuild with CMAKE_CUDA_ARCHITECTURES=120\n",
+    ),
+    # arch-path-unsupported
+    ("arch-path-unsupported", True, "RuntimeError: Unsupported SM version: 120\n"),
+    ("arch-path-unsupported", True, "AssertionError: DeepGEMM only supports SM90 and SM100\n"),
+    ("arch-path-unsupported", True, "NotImplementedError: FP8 block-scaled GEMM is not implemented for SM120\n"),
+    ("arch-path-unsupported", True, "ValueError: GPU with compute capability 12.0 is not supported by this kernel\n"),
+    (
+        "arch-path-unsupported",
+        True,
+        "[TensorRT-LLM][ERROR] Assertion failed: Unsupported SM version (/src/cpp/tensorrt_llm/kernels/x.cu:88)\n",
+    ),
+    (
+        "arch-path-unsupported",
+        True,
+        "RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`\n"
+        + G5090,
+    ),
+    ("arch-path-unsupported", True, "RuntimeError: This kernel requires compute capability 9.0 or 10.0, got 12.0\n"),
+    ("arch-path-unsupported", True, "RuntimeError: sm120 is not supported yet\n"),
+    ("arch-path-unsupported", True, "Exception: Blackwell (sm_120) GPUs are not supported by this version of mamba\n"),
+    ("arch-path-unsupported", True, "RuntimeError: FlashAttention-3 only supports Hopper GPUs\n" + G5090),
+    ("arch-path-unsupported", True, "ValueError: Marlin kernels are not available on device capability (12, 0)\n"),
+    ("arch-path-unsupported", True, "RuntimeError: No suitable kernel found for arch 120\n"),
+    ("arch-path-unsupported", True, "ERROR: the CUTLASS MoE kernel does not support SM 12.0\n"),
+    ("arch-path-unsupported", True, "torch._C._LinAlgError: unsupported on this GPU architecture (sm_121)\n"),
+    ("arch-path-unsupported", True, "RuntimeError: TMA multicast is not available on GeForce Blackwell (RTX 50xx)\n"),
+    ("arch-path-unsupported", True, "RuntimeError: Expected capability (10, 0) but got (12, 1)\n"),
+    (
+        "arch-path-unsupported",
+        True,
+        "NotImplementedError: mxfp4 MoE is not implemented for the current device (SM120)\n",
+    ),
+    # toolchain
+    ("toolchain-lacks-arch", True, "ptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'\n"),
+    ("toolchain-lacks-arch", True, "nvcc fatal   : Unsupported gpu architecture 'compute_120'\n"),
+    ("toolchain-lacks-arch", True, "'sm_121a' is not a recognized processor for this target (ignoring processor)\n"),
+    (
+        "toolchain-lacks-arch",
+        True,
+        "CUDA error: the provided PTX was compiled with an unsupported toolchain.\n" + G5090,
+    ),
+    (
+        "toolchain-lacks-arch",
+        True,
+        "RuntimeError: Internal Triton PTX codegen error: `ptxas` stderr:\nptxas fatal : Value 'sm_121a' is not defined for option 'gpu-name'\n",
+    ),
+    ("toolchain-lacks-arch", True, "nvrtc: error: invalid value for --gpu-architecture (-arch)\n" + G5090),
+    (
+        "toolchain-lacks-arch",
+        True,
+        'CMake Error at CMakeLists.txt:12 (project): CUDA_ARCHITECTURES is set to "120" but nvcc 12.4 does not support it\n',
+    ),
+    # resource
+    (
+        "resource-limit",
+        True,
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\n"
+        + G5090,
+    ),
+    ("resource-limit", True, "RuntimeError: CUDA error: too many resources requested for launch\n" + G5090),
+    (
+        "resource-limit",
+        True,
+        "RuntimeError: Failed to set max dynamic shared memory size to 232448 on device with capability 12.0\n",
+    ),
+    # kernel faults
+    ("kernel-fault", True, "RuntimeError: CUDA error: an illegal instruction was encountered\n" + G5090),
+    (
+        "kernel-fault",
+        True,
+        "NVRM: Xid (PCI:0000:01:00): 13, pid=1234, name=python, Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Illegal Instruction Encoding\n",
+    ),
+    (
+        "kernel-fault",
+        True,
+        "NVRM: Xid (PCI:0000:01:00): 31, pid=1234, name=python, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_00000000\n",
+    ),
+    ("kernel-fault", True, "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(...)`\n" + G5090),
+    ("kernel-fault", True, "torch.AcceleratorError: CUDA error: unspecified launch failure\n" + G5090),
+    # negatives: must not be 'yes'
+    (
+        "environment",
+        False,
+        G5090
+        + "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n",
+    ),
+    (
+        "environment",
+        False,
+        G5090
+        + "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx\n",
+    ),
+    ("environment", False, G5090 + "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.\n"),
+    (
+        "environment",
+        False,
+        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.133\n" + G5090,
+    ),
+    (
+        "environment",
+        False,
+        G5090 + "RuntimeError: The NVIDIA driver on your system is too old (found version 12020).\n",
+    ),
+    (
+        "environment",
+        False,
+        G5090
+        + "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object file: no such file or directory: unknown\n",
+    ),
+    ("environment", False, G5090 + "CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"),
+    ("environment", False, G5090 + "RuntimeError: CUDA error: system not yet initialized\n"),
+    (
+        "environment",
+        False,
+        G5090
+        + "NVRM: The NVIDIA probe routine failed for 1 device(s).\nNVRM: None of the NVIDIA devices were initialized.\n",
+    ),
+    (
+        "environment",
+        False,
+        G5090
+        + "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized\n",
+    ),
+    (
+        "out-of-memory",
+        False,
+        G5090
+        + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 31.36 GiB\n",
+    ),
+    (
+        "communication",
+        False,
+        G5090
+        + "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error\n",
+    ),
+    (
+        "other",
+        False,
+        G5090
+        + "ValueError: The checkpoint you are trying to load has model type `qwen3` but Transformers does not recognize this architecture.\n",
+    ),
+    ("other", False, G5090 + "KeyError: 'model.layers.0.mlp.experts.w13_weight'\n"),
+    ("other", False, G5090 + "Error: unknown architecture 'gemma3n'\n"),
+    (
+        "environment",
+        False,
+        G5090 + "RuntimeError: Unsupported model architecture: LlamaForCausalLMX is not supported for now\n",
+    ),
+]
+
+
+def _fatal(log: str, signatures: list | None) -> list[dict]:
+    d = diagnose(log.splitlines(keepends=True), [], None, signatures=signatures).to_dict()
+    assert d["exit_code"] == 1 or d["findings"], f"silent on {log!r}"
+    return [f for f in d["findings"] if f["fatal"]]
+
+
+@pytest.mark.parametrize(("cls", "sm12x", "log"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_structure_alone_names_the_class(cls: str, sm12x: bool, log: str) -> None:
+    found = _fatal(log, [])
+    if sm12x:
+        assert any(f["class"] == cls and f["sm12x"] != "no" for f in found), found
+    else:
+        assert found and not any(f["sm12x"] == "yes" for f in found), found
+
+
+@pytest.mark.parametrize(("cls", "sm12x", "log"), [c for c in CASES if not c[1]])
+def test_with_the_catalogue_a_negative_is_never_blamed_on_sm12x(cls: str, sm12x: bool, log: str) -> None:
+    assert not any(f["sm12x"] == "yes" for f in _fatal(log, None))
