@@ -48,6 +48,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
         ),
     ),
+    # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
+    # a build that left an arch's kernels out (undefined symbol ..._sm100...)
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
+            r"undefined symbol: \S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])"
+        ),
+    ),
     (
         "toolchain-lacks-arch",
         re.compile(
@@ -82,7 +91,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"no (?:compiled |prebuilt )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
             r"for (?:sm|arch|comp|this|your)|"
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
-            r"kernel binaries compatible with compute capability|ARCH_MISMATCH",
+            r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
+            r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
+            r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for",
         ),
     ),
     (
@@ -410,6 +421,11 @@ def library_in(line: str) -> str | None:
         if pattern.search(text):
             return name
     return None
+
+
+def has_arch_token(text: str) -> bool:
+    """The text names a GPU architecture (sm_120, SM100, compute capability 9.0, Hopper, ...)."""
+    return bool(_SM12X_TOKEN.search(text) or _ARCH.search(text))
 
 
 def sm12x_token_in(text: str) -> str | None:

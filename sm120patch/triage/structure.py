@@ -31,6 +31,7 @@ CONTEXT_CLASSES = frozenset(
         "out-of-memory",
     }
 )
+FAULT_CAUSES = frozenset({"toolchain-lacks-arch", "binary-lacks-arch", "resource-limit", "arch-path-unsupported"})
 WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # an INFO/WARNING line may show these
 # which class answers when several lines show one (an architecture cause first: a missed SM12x crash is worse)
 ORDER = (
@@ -84,6 +85,7 @@ class StructureWatcher:
     _before: dict[str, StructureFinding] = field(default_factory=dict)  # class shown just before a bare line
     _other: dict[str, StructureFinding] = field(default_factory=dict)  # class shown by a line that is not fatal
     _bare: tuple[int, str] | None = None  # the last fatal line whose words show no class
+    _fault_cause: dict[str, StructureFinding] = field(default_factory=dict)  # arch class shown before a fault
 
     def feed(self, line_no: int, line: str) -> None:
         self.evidence.feed(line_no, line)
@@ -94,6 +96,8 @@ class StructureWatcher:
         if got is not None:
             if got[0] not in self._named:
                 self._named[got[0]] = self._finding(got[0], got[1], line_no, line, context, thin=False)
+            if got[0] == "kernel-fault":  # a symptom: a line just before may name the arch path that faulted
+                self._cause_before(line_no, line, context)
             return
         self._bare = (line_no, line)
         for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
@@ -102,6 +106,18 @@ class StructureWatcher:
                 cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
                 self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
                 break
+
+    def _cause_before(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """An architecture class shown, with an arch token, in the lines just before a kernel fault."""
+        for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):
+            body = fatal.strip_prefix(before)[0]
+            got = triage_classes.classify_line(body)
+            if got is None or got[0] not in FAULT_CAUSES or not triage_classes.has_arch_token(body):
+                continue
+            if got[0] not in self._fault_cause:
+                cue = f"{got[1]} (in a line before the fault: {_clip(before.strip())[:160]})"
+                self._fault_cause[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=False)
+            return
 
     def other_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
@@ -118,6 +134,11 @@ class StructureWatcher:
     def answer(self, kind: LogKind, context: Sequence[str]) -> Answer | None:
         """The strongest structural answer the log supports, or None when it shows no failure at all."""
         pick = _first(self._named) or _first(self._before)
+        if pick is not None and pick.cls == "kernel-fault" and self._fault_cause:
+            pick = _first(self._fault_cause)  # the fault is where the arch path showed; its cause is the path
+        path = self._named.get("arch-path-unsupported")
+        if pick is not None and pick.cls == "toolchain-lacks-arch" and path is not None and "target" in path.cue:
+            pick = path  # ptxas knows the arch; the code uses a feature it lacks ("not supported on .target")
         if pick is None and self._bare is None:
             pick = _first(self._other)
         last = self._bare or self.evidence.last_frame
