@@ -127,6 +127,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:GPU|device|arch|platform|hardware|SM)|"
             r"(?:only|not) supported (?:on|for) (?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|GPUs? with)|"
             r"\bonly supports? (?:SM|sm_|Hopper|Blackwell|H100|B200|compute capability|GPUs?)|"
+            r"\bonly supports? (?:\w+[ -]){1,3}(?:GPUs?|devices?|arch\w*|cards?)\b|"
+            r"(?:Ampere|Hopper|Ada|Turing|Volta|Blackwell)(?: GPUs?)? (?:or|and) (?:newer|later|above)|"
             r"requires? (?:an? )?(?:SM ?\d+|sm_?\d+|Hopper|Blackwell|compute capability|device with capability|GPU)|"
             r"No supported CUDA architectures|"
             r"[Cc]ompute capability.{0,40}(?:not supported|too (?:new|old)|unsupported)|"
@@ -218,13 +220,14 @@ _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
 _ARCH = re.compile(
     r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
+    r"(?-i:(?<=[a-z])Sm(?P<cam>\d{2,3})[af]?)(?![0-9])|"  # CamelCase kernel names: GemmSm100, FmhaSm90
     r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
     r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
     r"major versions \[(?P<majors>[\d, ]+)\]",
     re.I,
 )
 _SM12X_TOKEN = re.compile(
-    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|"
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|(?-i:(?<=[a-z])Sm12[01])(?!\d)|"
     r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
     r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
@@ -351,10 +354,11 @@ class Evidence:
                 if fm and fm.group("v").strip("'\"") not in _UNSET:
                     self.flags[flag] = fm.group("v").strip("'\",")
 
-    def library_near(self, line_no: int, window: int = 60) -> str | None:
-        """The library of the innermost frame (or the last named) shortly before `line_no`,
-        preferring a kernel library over the frameworks and torch that call it."""
-        near = [lib for n, lib in self.libraries if line_no - window <= n <= line_no]
+    def library_near(self, line_no: int, window: int = 60, after: int = 0) -> str | None:
+        """The library of the innermost frame (or the last named) shortly before `line_no` (or, for
+        C++ and Java-style traces, the `after` lines below it), preferring a kernel library over the
+        frameworks and torch that call it."""
+        near = [lib for n, lib in self.libraries if line_no - window <= n <= line_no + after]
         for lib in reversed(near):
             if lib not in ("torch", "vllm", "sglang"):
                 return lib
@@ -364,10 +368,10 @@ class Evidence:
         """An SM12x token in the lines around `line_no` (a sanitizer names the kernel after the fault)."""
         return next((t for n, t in self.sm12x_tokens if line_no - before <= n <= line_no + after), None)
 
-    def archs_near(self, line_no: int, window: int = 60) -> list[str]:
+    def archs_near(self, line_no: int, window: int = 60, after: int = 0) -> list[str]:
         out: list[str] = []
         for n, a in self.archs:
-            if line_no - window <= n <= line_no and a not in out:
+            if line_no - window <= n <= line_no + after and a not in out:
                 out.append(a)
         return out
 
@@ -402,6 +406,8 @@ def _arch_name(m: re.Match[str]) -> str:
         return f"sm_{g['sm']}"
     if g.get("SM"):
         return f"SM{g['SM']}"
+    if g.get("cam"):
+        return f"SM{g['cam']}"
     if g.get("cc"):
         return f"compute_{g['cc']}"
     if g.get("maj"):
@@ -429,8 +435,14 @@ def has_arch_token(text: str) -> bool:
 
 
 def sm12x_token_in(text: str) -> str | None:
-    m = _SM12X_TOKEN.search(text)
-    return m.group(0) if m else None
+    """An SM12x token in a line that is not an arch list (a build's list names no GPU)."""
+    for line in text.splitlines():
+        if len(_ARCH.findall(line)) >= 3:
+            continue
+        m = _SM12X_TOKEN.search(line)
+        if m:
+            return m.group(0)
+    return None
 
 
 def cuda_error_of(line: str) -> str | None:

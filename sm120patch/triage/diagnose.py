@@ -409,7 +409,7 @@ class Diagnoser:
                     verdict = "yes"
                 else:  # a faulting kernel on an RTX 5090 is as often a plain bug as an SM12x path
                     notes.append("a kernel fault happens on any GPU: the GPU alone does not make it an SM12x cause")
-            elif gpu == "other" and self.kind.other_gpu:
+            elif gpu == "other" and self.kind.other_gpu and not self.structure.evidence.sm12x_token_near(f.line_no):
                 verdict = "no"
                 ev = self.kind.other_gpu
                 notes.append(f"the log shows a GPU that is not SM12x (line {ev.line_no}: {ev.line})")

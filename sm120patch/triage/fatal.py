@@ -17,6 +17,7 @@ _PREFIXES = (
     re.compile(r"^\s*(?P<lvl>ERROR|WARNING|WARN|INFO|DEBUG)\s+\d\d-\d\d [\d:.]+\s+(?:\[[^\]]+\]\s?)?"),
     re.compile(r"^\s*\[\d{4}-\d\d-\d\d[ T|][\d:.|]+[^\]]*\]\s*"),
     re.compile(r"^\s*(?P<glog>[EWIF])\d{4} [\d:.]+\s+\d+ [^\]]+\]\s?"),
+    re.compile(r"^\s*\d{4}-\d\d-\d\d [\d:.]+: (?P<glog>[EWIF]) (?=\S+:\d+\])\S+\]\s?"),  # TensorFlow/XLA
     re.compile(r"^\s*\[rank\d+\]:\s*"),
     re.compile(r"^\s*[\w.-]+-\d+\s+\|\s+"),
     re.compile(r"^\s*[>|\s]*\|\s*\[[\dT:.Z-]+\]\s*"),
@@ -100,8 +101,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
             r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
             r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
-            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?:\s|"
-            r"^\s*\S+\s+-\s+(?:ERROR|CRITICAL)\s+-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]"
+            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
+            r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
+            r"^\s*Exception in thread\b|: (?:Error|ERROR)\b|\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b"
         ),
     ),
 )
@@ -143,4 +145,7 @@ def classify(line: str) -> FatalClass | None:
     return None
 
 
-_ERROR_LEVEL = re.compile(r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\])")
+_ERROR_LEVEL = re.compile(
+    r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\]|"
+    r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+:\d+\])"
+)

@@ -43,6 +43,18 @@ _OTHER_GPU = re.compile(
     r"capability sm_(?!12)\d+\b|CUDA device capability: (?!12)\d+\b|(?:-arch=|--gpu-name=)sm_(?!12)\d+"
 )
 _CLIP = 200
+# words before a GPU name or capability that make it a requirement, not the device ("only supported on H100",
+# "requires compute capability 9.0"): such a line says nothing about the GPU the log ran on
+_REQUIREMENT = re.compile(
+    r"(?:only|support\w*|requir\w*|need\w*|expect\w*|least|minimum|min\.?|like|such as|e\.g\.|>=?|or newer|"
+    r"built for|compiled for|designed for|written for|targets?)\W*(?:\w+\W+){0,4}$",
+    re.I,
+)
+
+
+def _shows_other_gpu(line: str) -> bool:
+    """A GPU other than SM12x is named as the device (not as what a path requires)."""
+    return any(not _REQUIREMENT.search(line[max(0, m.start() - 60) : m.start()]) for m in _OTHER_GPU.finditer(line))
 
 
 @dataclass
@@ -66,7 +78,7 @@ class LogKind:
         self.feed_marks(line)
         if self.sm12x_gpu is None and _SM12X_GPU.search(line):
             self.sm12x_gpu = Evidence(line_no, line.strip()[:_CLIP])
-        if self.other_gpu is None and _OTHER_GPU.search(line):
+        if self.other_gpu is None and _shows_other_gpu(line):
             self.other_gpu = Evidence(line_no, line.strip()[:_CLIP])
 
     def feed_marks(self, line: str) -> None:

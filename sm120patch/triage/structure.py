@@ -19,6 +19,7 @@ from sm120patch.triage.classes import StructureFinding
 from sm120patch.triage.logkind import LogKind
 
 SHOW_CHARS = 400
+FRAMES_AFTER = 4  # C++ backtraces ("at lib::fn_sm120") and sanitizers name the code below the message
 CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
 # classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
 CONTEXT_CLASSES = frozenset(
@@ -144,8 +145,8 @@ class StructureWatcher:
         last = self._bare or self.evidence.last_frame
         if pick is None and last is not None:
             line_no, line = last
-            archs = self.evidence.archs_near(line_no, window=12)
-            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no)
+            archs = self.evidence.archs_near(line_no, window=12, after=FRAMES_AFTER)
+            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no, after=FRAMES_AFTER)
             cls = "arch-path-unsupported" if archs and lib not in _FRAMEWORKS else "other"
             cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
@@ -160,7 +161,7 @@ class StructureWatcher:
         self, cls: str, cue: str, line_no: int, line: str, context: Sequence[str], thin: bool
     ) -> StructureFinding:
         ev = self.evidence
-        around = line + " " + " ".join(list(context)[-CONTEXT_CUE_LINES:])
+        around = line + "\n" + "\n".join(list(context)[-CONTEXT_CUE_LINES:])
         library = triage_classes.library_in(line) or ev.library_near(line_no)
         return StructureFinding(
             cls=cls,

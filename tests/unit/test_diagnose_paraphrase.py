@@ -242,3 +242,44 @@ def test_structure_alone_names_the_class(cls: str, sm12x: bool, log: str) -> Non
 @pytest.mark.parametrize(("cls", "sm12x", "log"), [c for c in CASES if not c[1]])
 def test_with_the_catalogue_a_negative_is_never_blamed_on_sm12x(cls: str, sm12x: bool, log: str) -> None:
     assert not any(f["sm12x"] == "yes" for f in _fatal(log, None))
+
+
+# The structure rules beyond single wordings (each line written here, none in the catalogue).
+RULES = [
+    # the assembler knows the arch, the code uses a feature it lacks: an arch path, not an old toolchain
+    (
+        "arch-path-unsupported",
+        "ptxas /tmp/x.ptx, line 9; error   : Instruction 'wgmma.mma_async' not supported on .target 'sm_120'\nptxas fatal   : Ptx assembly aborted due to errors\n",
+    ),
+    # a build that left an arch's kernels out
+    (
+        "arch-path-unsupported",
+        "ImportError: /site-packages/foo/_ops.so: undefined symbol: _Z17grouped_gemm_sm100RN2at6TensorE\n",
+    ),
+    # an arch line just before a kernel fault names its cause
+    (
+        "arch-path-unsupported",
+        "kernel dispatch: this tile config only runs on sm_90a\nRuntimeError: CUDA error: unspecified launch failure\n",
+    ),
+    # a bare exception with a kernel library's arch-specific frame below it (C++ style)
+    (
+        "arch-path-unsupported",
+        "RuntimeError: Check failed: status == 0 (7 vs. 0)\n  at cutlass::gemm::kernel::GemmSm100::run(Params const&)\n",
+    ),
+    # a refusal word next to an arch token, in any wording
+    ("arch-path-unsupported", "RuntimeError: fused rope cannot run here: SM 12.1 needs the portable path\n"),
+]
+
+
+@pytest.mark.parametrize(("cls", "log"), RULES, ids=[f"rule-{i}" for i in range(len(RULES))])
+def test_structure_rules(cls: str, log: str) -> None:
+    assert any(f["class"] == cls and f["sm12x"] != "no" for f in _fatal(log, [])), _fatal(log, [])
+
+
+def test_an_arch_list_names_no_gpu_and_a_requirement_is_not_the_device() -> None:
+    # a torch build's arch list mentions sm_120: on a Jetson that is no SM12x evidence
+    log = "arch_list: ['sm_80', 'sm_90', 'sm_100', 'sm_120']\nRuntimeError: CUDA error: no kernel image is available\n"
+    assert not any(f["sm12x"] == "yes" for f in _fatal(log, []))
+    # "only supported on H100" is what the path needs; the RTX 5090 is the device
+    log = G5090 + "RuntimeError: this MLA kernel is only supported on H100 and B200 (SM90/SM100)\n"
+    assert any(f["class"] == "arch-path-unsupported" and f["sm12x"] == "yes" for f in _fatal(log, None))
