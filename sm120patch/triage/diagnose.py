@@ -333,6 +333,10 @@ class Diagnoser:
         resolved = [self._resolve(f, framework) for f in self._findings.values()]
         if not any(f.fatal for f in resolved):
             resolved += self._structural_findings()
+        elif all(f.cls not in triage_classes.SM12X_CLASSES for f in resolved if f.fatal):
+            # the catalogue named only a symptom (an import error, NCCL): a fatal line that says in so many
+            # words that an SM12x arch path failed is the cause too
+            resolved += [f for f in self._structural_findings() if f.sm12x == "yes" and f.evidence == "class"]
         findings = sorted(resolved, key=lambda f: (not f.fatal, f.line_no))
         notes = list(self._notes)
         if self.applied is None and self._recipe_sigs:

@@ -10,6 +10,7 @@ no stronger than the log (classes.py has the classes and the cues).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ ORDER = (
     "environment",
     "other",
 )
+_PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
@@ -138,7 +140,13 @@ class StructureWatcher:
         if pick is not None and pick.cls == "kernel-fault" and self._fault_cause:
             pick = _first(self._fault_cause)  # the fault is where the arch path showed; its cause is the path
         path = self._named.get("arch-path-unsupported")
-        if pick is not None and pick.cls == "toolchain-lacks-arch" and path is not None and "target" in path.cue:
+        if (
+            pick is not None
+            and pick.cls == "toolchain-lacks-arch"
+            and path is not None
+            and "target" in path.cue
+            and not _PTX_ISA.search(pick.line)  # "requires PTX ISA .version 8.0": the toolchain is too old after all
+        ):
             pick = path  # ptxas knows the arch; the code uses a feature it lacks ("not supported on .target")
         if pick is None and self._bare is None:
             pick = _first(self._other)

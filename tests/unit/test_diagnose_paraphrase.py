@@ -283,3 +283,12 @@ def test_an_arch_list_names_no_gpu_and_a_requirement_is_not_the_device() -> None
     # "only supported on H100" is what the path needs; the RTX 5090 is the device
     log = G5090 + "RuntimeError: this MLA kernel is only supported on H100 and B200 (SM90/SM100)\n"
     assert any(f["class"] == "arch-path-unsupported" and f["sm12x"] == "yes" for f in _fatal(log, None))
+
+
+def test_a_symptom_the_catalogue_names_does_not_hide_an_sm12x_arch_line() -> None:
+    log = "ModuleNotFoundError: No module named 'deep_gemm'\nRuntimeError: fp8 block-scaled MoE is not implemented for SM120\n"
+    got = {(f["class"], f["sm12x"]) for f in _fatal(log, None)}
+    assert ("environment", "no") in got and ("arch-path-unsupported", "yes") in got
+    # without an SM12x line, the symptom stays the only answer (a GPU shown is no arch cause)
+    log = "ModuleNotFoundError: No module named 'deep_gemm'\nDevice 0: NVIDIA GeForce RTX 5090\n"
+    assert {(f["class"], f["sm12x"]) for f in _fatal(log, None)} == {("environment", "no")}
