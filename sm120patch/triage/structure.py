@@ -155,8 +155,18 @@ class StructureWatcher:
             line_no, line = last
             archs = self.evidence.archs_near(line_no, window=12, after=FRAMES_AFTER)
             lib = triage_classes.library_in(line) or self.evidence.library_near(line_no, after=FRAMES_AFTER)
-            cls = "arch-path-unsupported" if archs and lib not in _FRAMEWORKS else "other"
-            cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
+            # a kernel library's own check failed, on an SM12x GPU or one the log does not show: on SM12x most
+            # often a path not written for it (said as thin, "maybe"; a GPU shown as another keeps it "other")
+            on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
+            kernel_lib = lib not in _FRAMEWORKS
+            cls = "arch-path-unsupported" if kernel_lib and (archs or on_sm12x) else "other"
+            if cls == "other":
+                cue = ""
+            elif archs:
+                cue = f"a {lib} path naming {', '.join(archs)}"
+            else:
+                gpu = "an SM12x GPU" if kind.gpu == "sm12x" else "a GPU the log does not name"
+                cue = f"a check in {lib} failed on {gpu}"
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
             if self._bare is None:
                 pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"

@@ -292,3 +292,11 @@ def test_a_symptom_the_catalogue_names_does_not_hide_an_sm12x_arch_line() -> Non
     # without an SM12x line, the symptom stays the only answer (a GPU shown is no arch cause)
     log = "ModuleNotFoundError: No module named 'deep_gemm'\nDevice 0: NVIDIA GeForce RTX 5090\n"
     assert {(f["class"], f["sm12x"]) for f in _fatal(log, None)} == {("environment", "no")}
+
+
+def test_a_bare_check_in_a_kernel_library_is_a_thin_arch_path_unless_another_gpu_is_shown() -> None:
+    log = 'File "/x/site-packages/flashinfer/decode.py", line 9, in run\nRuntimeError: Check failed: (ok) is false\n'
+    (f,) = _fatal(log, [])
+    assert (f["class"], f["sm12x"], f["evidence"]) == ("arch-path-unsupported", "maybe", "thin")
+    (f,) = _fatal("GPU 0: NVIDIA H100 80GB HBM3\n" + log, [])
+    assert f["class"] == "other"
