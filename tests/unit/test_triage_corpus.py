@@ -170,10 +170,15 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         'sm12x = true\nclass = "binary-lacks-arch"\nsource = "reddit"\ncause = "c"\nfix = "f"\nexpect = []\n'
         "excerpt = 'RuntimeError: CUDA error: no kernel image is available for execution on the device'\n"
     )
-    for name in ("dev-x.toml", "heldout-x.toml", "sm12x.toml"):
+    for name in ("dev-x.toml", "heldout-x.toml", "heldout-c.toml", "sm12x.toml"):
         (tmp_path / name).write_text(case.replace('id = "x"', f'id = "{name}"').replace("/1", f"/{name}"))
     parts = {c.source: c.part for c in load_corpus(tmp_path)}
-    assert parts == {"dev-x.toml": "dev", "heldout-x.toml": "held-out", "sm12x.toml": "seed"}
+    assert parts == {
+        "dev-x.toml": "dev",
+        "heldout-x.toml": "held-out",
+        "heldout-c.toml": "held-out-2",
+        "sm12x.toml": "seed",
+    }
     (tmp_path / "dev-x.toml").write_text(case.replace("binary-lacks-arch", "out-of-memory"))
     with pytest.raises(CorpusError, match="an SM12x case needs an SM12x architecture class"):
         load_corpus(tmp_path)
