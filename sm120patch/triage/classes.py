@@ -41,6 +41,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
     ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
     (
+        "environment",
+        re.compile(
+            r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
+            r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
+            r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
+            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available"
+        ),
+    ),
+    (
         "out-of-memory",
         re.compile(
             r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -93,7 +102,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
             r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
-            r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for",
+            r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
+            r"No execution plans? (?:support|found|available)",
         ),
     ),
     (
@@ -102,7 +112,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|"
             r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
             r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
-            r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads",
+            r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads|"
+            r"too many blocks in cooperative launch|cudaErrorCooperativeLaunchTooLarge",
         ),
     ),
     (
@@ -113,7 +124,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
             r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
-            r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction",
+            r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
+            r"on (?:global|shared|local) address space|cudaErrorInvalidAddressSpace|Hardware (?:stack|exception)",
         ),
     ),
     (
@@ -141,12 +153,12 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
             r"(?:config|kernel|tactic|algorithm|implementation)|"
             r"NOT_SUPPORTED\b|"
-            r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with) .{0,40}"
+            r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with|in) .{0,40}"
             r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX|device|GPU)|"
             r"(?:GPUs?|devices?|architectures?|archs?|SMs?|cards?) (?:is |are )?not (?:yet )?supported|"
             r"[Ee]xpected (?:a )?(?:device |GPU )?(?:compute )?capability|"
             r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
-            r"does not support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
+            r"(?:does not|doesn't|do not|don't) support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
             r"(?:only|not) (?:be )?(?:supported|available|run) on "
             r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)",
         ),
@@ -303,8 +315,13 @@ class StructureFinding:
 # A refusal word; next to an architecture token in the same line it shows an arch path (any wording).
 _REFUSAL = re.compile(
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
-    r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcannot run\b|\bdoes not (?:support|run)\b"
+    r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
+
+
+# Words that, next to an architecture token, say a build carries no code for it.
+_MISSING = re.compile(r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b")
 
 
 def classify_line(body: str) -> tuple[str, str] | None:
@@ -315,6 +332,9 @@ def classify_line(body: str) -> tuple[str, str] | None:
             return cls, m.group(0)
     arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
     if arch:
+        for r in _MISSING.finditer(body):
+            if abs(r.start() - arch.start()) <= 80:
+                return "binary-lacks-arch", f"{r.group(0)} ... {arch.group(0)}"
         for r in _REFUSAL.finditer(body):
             if abs(r.start() - arch.start()) <= 80:
                 return "arch-path-unsupported", f"{r.group(0)} ... {arch.group(0)}"

@@ -224,6 +224,18 @@ CASES = [
 ]
 
 
+NEGATIVES_MORE = [
+    G5090
+    + "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.\n",
+]
+
+
+def test_more_negatives_are_not_blamed_on_sm12x() -> None:
+    for log in NEGATIVES_MORE:
+        found = _fatal(log, None)
+        assert found and all(f["class"] == "environment" and f["sm12x"] != "yes" for f in found), found
+
+
 def _fatal(log: str, signatures: list | None) -> list[dict]:
     d = diagnose(log.splitlines(keepends=True), [], None, signatures=signatures).to_dict()
     assert d["exit_code"] == 1 or d["findings"], f"silent on {log!r}"
@@ -246,6 +258,18 @@ def test_with_the_catalogue_a_negative_is_never_blamed_on_sm12x(cls: str, sm12x:
 
 # The structure rules beyond single wordings (each line written here, none in the catalogue).
 RULES = [
+    (
+        "arch-path-unsupported",
+        "ValueError: type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\n",
+    ),
+    ("arch-path-unsupported", "RuntimeError: FlashAttention-2 doesn't support sm_120 yet\n"),
+    ("binary-lacks-arch", "RuntimeError: the fused MoE kernels for sm_120 are missing from this wheel\n"),
+    (
+        "binary-lacks-arch",
+        "RuntimeError: cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph.\n",
+    ),
+    ("kernel-fault", "RuntimeError: CUDA error: the launch timed out and was terminated\n"),
+    ("resource-limit", "RuntimeError: CUDA error: too many blocks in cooperative launch\n"),
     # the assembler knows the arch, the code uses a feature it lacks: an arch path, not an old toolchain
     (
         "arch-path-unsupported",
