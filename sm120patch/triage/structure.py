@@ -125,6 +125,8 @@ class StructureWatcher:
     def other_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
         without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
+        if line.lstrip().startswith('File "'):
+            return  # a traceback frame says where, not what
         body, quiet = fatal.strip_prefix(line)
         got = triage_classes.classify_line(body)
         if got is None or got[1].lower() in _BARE_WORDS or got[0] in self._other:
