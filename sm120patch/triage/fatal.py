@@ -69,7 +69,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "python-exception",
         "Python exception",
-        re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
+        re.compile(r"(?:^|[\s:\]'(`\">*])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
     ),
     ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
@@ -85,7 +85,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "process died",
         re.compile(
             r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
-            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)"
+            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)|"
+            r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
+            r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)"
         ),
     ),
     (

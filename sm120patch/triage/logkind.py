@@ -31,7 +31,8 @@ _PRIORITY = ("tensorrt-llm", "sglang", "vllm", "pytorch")
 # Statements about the device itself (not arch lists, not compile targets of other GPUs).
 _SM12X_GPU = re.compile(
     r"RTX PRO \d{4}|RTX ?50[5-9]0|\bGB10\b|DGX Spark|"
-    r"(?:[Cc]apability|compute_cap)\D{0,4}12\.[01]\b|capability sm_12[01]\b|capability \(12, [01]\)|"
+    r"(?:[Cc]apability|compute_cap)\D{0,8}12\.[01]\b|capability sm_12[01]\b|capability\W{0,8}\(12, ?[01]\)|"
+    r"(?:GPU|[Dd]evice|[Aa]rch(?:itecture)?)\s*[:=]\s*sm_?12[01]\b|"
     r"major 12 minor [01]|--gpu-name=sm_12[01]|for 'sm_12[01]a?'|"
     r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor|"
     r"sm_12[01]a? \(consumer Blackwell\)"

@@ -180,6 +180,7 @@ KEYWORDS = (
     "expected",
     "critical",
     "only",
+    "did not run",
 )
 
 

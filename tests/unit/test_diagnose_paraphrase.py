@@ -324,3 +324,25 @@ def test_a_bare_check_in_a_kernel_library_is_a_thin_arch_path_unless_another_gpu
     assert (f["class"], f["sm12x"], f["evidence"]) == ("arch-path-unsupported", "maybe", "thin")
     (f,) = _fatal("GPU 0: NVIDIA H100 80GB HBM3\n" + log, [])
     assert f["class"] == "other"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "`RuntimeError: flash_fwd failed`",  # quoted in a forum post
+        "Bus error (core dumped)",
+        "× python setup.py bdist_wheel did not run successfully.",
+        "  exit code: 1",
+    ],
+)
+def test_more_ways_a_log_says_it_failed_are_never_silent(line: str) -> None:
+    assert diagnose([line + "\n"], [], None).exit_code == 1
+
+
+def test_the_gpu_is_read_from_more_ways_of_writing_its_capability() -> None:
+    for line in (
+        "UserWarning: Found GPU0 NVIDIA X which is of compute capability (CC) 12.0.",
+        "torch.cuda.get_device_capability() -> (12, 1)",
+        "GPU: sm_120",
+    ):
+        assert diagnose([line + "\n"], [], None).gpu["gpu"] == "sm12x", line
