@@ -46,8 +46,14 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
-            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available"
+            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
+            r"not compiled with CUDA enabled|CPU-only (?:build|version)"
         ),
+    ),
+    # the assembler ran out of the GPU's resources, not of arch knowledge
+    (
+        "resource-limit",
+        re.compile(r"uses too much shared data|too much (?:shared|local) (?:data|memory)|[Tt]oo many registers"),
     ),
     (
         "out-of-memory",
@@ -70,7 +76,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "toolchain-lacks-arch",
         re.compile(
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
-            r"[Uu]nsupported gpu architecture|"
+            r"[Uu]nsupported (?:CUDA )?gpu architecture|"
             r"[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?(?: [Nn]ame)?\W{0,3}(?:sm_?\d|compute_\d|\d)|"
             r"PTXASError|--gpu-architecture|\bgpu[-_]arch\w*\b.{0,40}(?:invalid|unsupported|unknown|not)|"
             r"does not support (?:it|(?:CUDA )?arch\w*|compute_\d+|sm_\d+)\b.{0,20}(?:nvcc|compiler)?|"
@@ -119,10 +125,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "kernel-fault",
         re.compile(
-            r"[Ii]llegal (?:[Ii]nstruction|memory access|address)|[Mm]isaligned\b.{0,30}address|"
+            r"[Ii]llegal (?:[Ii]nstruction|[Mm]emory [Aa]ccess|[Aa]ddress)|[Mm]isaligned\b.{0,30}address|"
             r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
             r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
-            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
+            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
             r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
             r"on (?:global|shared|local) address space|cudaErrorInvalidAddressSpace|Hardware (?:stack|exception)",
@@ -154,7 +160,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:config|kernel|tactic|algorithm|implementation)|"
             r"NOT_SUPPORTED\b|"
             r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with|in) .{0,40}"
-            r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX|device|GPU)|"
+            # an arch word must follow (not "for head size 512 on this GPU")
+            r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX)|"
             r"(?:GPUs?|devices?|architectures?|archs?|SMs?|cards?) (?:is |are )?not (?:yet )?supported|"
             r"[Ee]xpected (?:a )?(?:device |GPU )?(?:compute )?capability|"
             r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
@@ -243,7 +250,8 @@ _SM12X_TOKEN = re.compile(
     r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
     r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
-    r"\b(?:GeForce|consumer|workstation) Blackwell\b",  # GPU names are logkind's: a GPU shown is not a failing line
+    # GPU names are logkind's: a GPU shown is not a failing line
+    r"\b(?:GeForce|consumer|workstation) Blackwell\b|\bSM:? ?0x12[01]0\b",
     re.I,
 )
 

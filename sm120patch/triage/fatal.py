@@ -105,7 +105,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
             r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
             r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
-            r"^\s*Exception in thread\b|: (?:Error|ERROR)\b|\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b"
+            r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
+            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b"
         ),
     ),
 )

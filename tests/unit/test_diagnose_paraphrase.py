@@ -225,6 +225,7 @@ CASES = [
 
 
 NEGATIVES_MORE = [
+    G5090 + "AssertionError: Torch not compiled with CUDA enabled\n",
     G5090
     + "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.\n",
 ]
@@ -258,6 +259,9 @@ def test_with_the_catalogue_a_negative_is_never_blamed_on_sm12x(cls: str, sm12x:
 
 # The structure rules beyond single wordings (each line written here, none in the catalogue).
 RULES = [
+    ("resource-limit", "ptxas error   : Entry function '_fwd' uses too much shared data (0x1c000 bytes, 0xc000 max)\n"),
+    ("kernel-fault", "CUDA Exception: Warp Illegal Address\n"),
+    ("toolchain-lacks-arch", "clang: error: unsupported CUDA gpu architecture: sm_120\n"),
     (
         "arch-path-unsupported",
         "ValueError: type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\n",
