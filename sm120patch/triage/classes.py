@@ -209,7 +209,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
     ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
-    ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]")),
+    ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
@@ -229,11 +229,12 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # lower-case words every library pattern above needs, for the prefilter (prefilter.py)
 LIBRARY_WORDS = (
     "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
-    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "xformers", "flash_attn", "flash-attention",
+    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
     "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip
+_LIB_PREFIX = re.compile(r"(?<![A-Za-z])lib(?=[a-z])")  # libflashinfer.so, libggml-cuda.so: the library's name
 _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
@@ -364,7 +365,7 @@ class Evidence:
         frame = _FRAME.search(line) if 'File "' in line else None
         if frame:
             self.last_frame = (line_no, line)
-        text = frame.group("path") if frame else line
+        text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
         for name, pattern in _LIBRARIES:
             if pattern.search(text):
                 self.libraries.append((line_no, name))
@@ -448,7 +449,7 @@ def _arch_name(m: re.Match[str]) -> str:
 def library_in(line: str) -> str | None:
     """A kernel library the fatal line itself names (not the frameworks and torch around it)."""
     frame = _FRAME.search(line)
-    text = frame.group("path") if frame else line
+    text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
     for name, pattern in _LIBRARIES:
         if name in ("torch", "vllm", "sglang"):
             continue

@@ -350,3 +350,11 @@ def test_the_gpu_is_read_from_more_ways_of_writing_its_capability() -> None:
         "GPU: sm_120",
     ):
         assert diagnose([line + "\n"], [], None).gpu["gpu"] == "sm12x", line
+
+
+def test_the_library_is_read_from_so_paths() -> None:
+    from sm120patch.triage.classes import library_in
+
+    assert library_in("OSError: /opt/x/libflashinfer.so: cannot open shared object file") == "flashinfer"
+    assert library_in("  #3 0x7f3a in ggml_cuda_op() from libggml-cuda.so") == "llama.cpp/ggml"
+    assert library_in("[TRT] [E] /usr/lib/x86_64-linux-gnu/libnvinfer.so.10: error") == "tensorrt"
