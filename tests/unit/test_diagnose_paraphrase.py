@@ -358,3 +358,12 @@ def test_the_library_is_read_from_so_paths() -> None:
     assert library_in("OSError: /opt/x/libflashinfer.so: cannot open shared object file") == "flashinfer"
     assert library_in("  #3 0x7f3a in ggml_cuda_op() from libggml-cuda.so") == "llama.cpp/ggml"
     assert library_in("[TRT] [E] /usr/lib/x86_64-linux-gnu/libnvinfer.so.10: error") == "tensorrt"
+
+
+def test_the_prefilter_keeps_every_line_these_rules_need() -> None:
+    logs = [c[2] for c in CASES] + [r[1] for r in RULES] + NEGATIVES_MORE
+    for log in logs:
+        lines = log.splitlines(keepends=True)
+        on = [(f.signature, f.cls, f.sm12x) for f in diagnose(lines, [], None).findings]
+        off = [(f.signature, f.cls, f.sm12x) for f in diagnose(lines, [], None, prefilter=False).findings]
+        assert on == off, log
