@@ -69,7 +69,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "arch-path-unsupported",
         re.compile(
             r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
-            r"undefined symbol: \S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])"
+            r"(?:undefined symbol: |No such operator |has no attribute '?)\S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])|"
+            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch"
         ),
     ),
     (
@@ -84,7 +85,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider",
+            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR",
         ),
     ),
     (
@@ -109,7 +110,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
             r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
-            r"No execution plans? (?:support|found|available)",
+            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)",
         ),
     ),
     (
@@ -119,7 +120,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
             r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
             r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads|"
-            r"too many blocks in cooperative launch|cudaErrorCooperativeLaunchTooLarge",
+            r"too many blocks in cooperative launch|cudaErrorCooperativeLaunchTooLarge|"
+            r"cudaFuncSetAttribute.{0,120}invalid argument",
         ),
     ),
     (

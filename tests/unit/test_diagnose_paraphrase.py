@@ -259,6 +259,15 @@ def test_with_the_catalogue_a_negative_is_never_blamed_on_sm12x(cls: str, sm12x:
 
 # The structure rules beyond single wordings (each line written here, none in the catalogue).
 RULES = [
+    (
+        "resource-limit",
+        "[TensorRT-LLM][ERROR] CUDA runtime error in cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448): invalid argument\n",
+    ),
+    ("arch-path-unsupported", "RuntimeError: No such operator _C::cutlass_scaled_mm_sm120\n"),
+    ("arch-path-unsupported", "AttributeError: module 'sgl_kernel' has no attribute 'fp8_blockwise_scaled_mm_sm120'\n"),
+    ("toolchain-lacks-arch", "RuntimeError: nvJitLink error: NVJITLINK_ERROR_PTX_COMPILE\n"),
+    ("binary-lacks-arch", "RuntimeError: CUTLASS error: Error Arch Mismatch\n"),
+    ("arch-path-unsupported", "RuntimeError: Unsupported dtype for this architecture\n"),
     ("resource-limit", "ptxas error   : Entry function '_fwd' uses too much shared data (0x1c000 bytes, 0xc000 max)\n"),
     ("kernel-fault", "CUDA Exception: Warp Illegal Address\n"),
     ("toolchain-lacks-arch", "clang: error: unsupported CUDA gpu architecture: sm_120\n"),
