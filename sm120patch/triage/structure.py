@@ -152,6 +152,8 @@ class StructureWatcher:
             pick = path  # ptxas knows the arch; the code uses a feature it lacks ("not supported on .target")
         if pick is None and self._bare is None:
             pick = _first(self._other)
+        if pick is None:  # a bare crash long after torch warned that its build lacks the GPU: that warning
+            pick = _first({c: f for c, f in self._other.items() if c in WARNING_CLASSES})
         last = self._bare or self.evidence.last_frame
         if pick is None and last is not None:
             line_no, line = last

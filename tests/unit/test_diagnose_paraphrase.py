@@ -376,3 +376,17 @@ def test_the_prefilter_keeps_every_line_these_rules_need() -> None:
         on = [(f.signature, f.cls, f.sm12x) for f in diagnose(lines, [], None).findings]
         off = [(f.signature, f.cls, f.sm12x) for f in diagnose(lines, [], None, prefilter=False).findings]
         assert on == off, log
+
+
+def test_a_bare_crash_long_after_a_build_warned_it_lacks_the_gpu_is_answered_by_that_warning() -> None:
+    warn = (
+        "/x/torch/cuda/__init__.py:230: UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 "
+        "is not compatible with the current PyTorch installation.\n"
+    )
+    log = (
+        warn
+        + "INFO loading weights\n" * 30
+        + "RuntimeError: Engine core initialization failed. See root cause above.\n"
+    )
+    (f,) = _fatal(log, [])
+    assert (f["class"], f["evidence"]) == ("binary-lacks-arch", "thin") and f["sm12x"] != "no"
