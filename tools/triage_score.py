@@ -55,7 +55,7 @@ CASE_KEYS = {
 }
 CASE_REQUIRED = ("id", "url", "gpu", "framework", "sm12x", "cause", "fix", "expect", "excerpt", "class", "source")
 SOURCES = ("github", "nvidia-forums", "pytorch-forums", "huggingface", "reddit", "stackoverflow", "blog", "other-forum")
-PARTS = ("seed", "dev", "held-out")
+PARTS = ("seed", "dev", "held-out", "held-out-2")
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")
 _LEGACY_DENY = re.compile(r"not (?:an? )?SM12x")
 
@@ -83,9 +83,13 @@ class Case:
 
     @property
     def part(self) -> str:
-        """dev-*.toml: development; heldout-*.toml: held out (scored once); the rest: the seed corpus."""
+        """dev-*.toml: development; heldout-a/-b.toml: held out (scored once, then looked at a second time);
+        heldout-c.toml: the second held-out part (collected while development went on, scored once);
+        the rest: the seed corpus."""
         if self.source.startswith("dev-"):
             return "dev"
+        if self.source.startswith("heldout-c"):
+            return "held-out-2"
         if self.source.startswith("heldout-"):
             return "held-out"
         return "seed"

@@ -41,6 +41,21 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
     ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
     (
+        "environment",
+        re.compile(
+            r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
+            r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
+            r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
+            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
+            r"not compiled with CUDA enabled|CPU-only (?:build|version)"
+        ),
+    ),
+    # the assembler ran out of the GPU's resources, not of arch knowledge
+    (
+        "resource-limit",
+        re.compile(r"uses too much shared data|too much (?:shared|local) (?:data|memory)|[Tt]oo many registers"),
+    ),
+    (
         "out-of-memory",
         re.compile(
             r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
@@ -48,16 +63,29 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
         ),
     ),
+    # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
+    # a build that left an arch's kernels out (undefined symbol ..._sm100...)
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
+            r"(?:undefined symbol: |No such operator |has no attribute '?)\S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])|"
+            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch"
+        ),
+    ),
     (
         "toolchain-lacks-arch",
         re.compile(
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
-            r"[Uu]nsupported gpu architecture|[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?\b|PTXASError|"
+            r"[Uu]nsupported (?:CUDA )?gpu architecture|"
+            r"[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?(?: [Nn]ame)?\W{0,3}(?:sm_?\d|compute_\d|\d)|"
+            r"PTXASError|--gpu-architecture|\bgpu[-_]arch\w*\b.{0,40}(?:invalid|unsupported|unknown|not)|"
+            r"does not support (?:it|(?:CUDA )?arch\w*|compute_\d+|sm_\d+)\b.{0,20}(?:nvcc|compiler)?|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider",
+            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR",
         ),
     ),
     (
@@ -72,7 +100,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"unable to find an engine to execute|no (?:\w+ )?(?:variant|build) for (?:this|your) (?:GPU|arch)|"
             r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
             r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
-            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary",
+            r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary|"
+            r"not in the list of (?:\w+ )?arch\w*|"
+            r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
+            r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
+            r"no (?:compiled |prebuilt )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
+            r"for (?:sm|arch|comp|this|your)|"
+            r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
+            r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
+            r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
+            r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
+            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)",
         ),
     ),
     (
@@ -81,18 +119,21 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|"
             r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
             r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
-            r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads",
+            r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads|"
+            r"too many blocks in cooperative launch|cudaErrorCooperativeLaunchTooLarge|"
+            r"cudaFuncSetAttribute.{0,120}invalid argument",
         ),
     ),
     (
         "kernel-fault",
         re.compile(
-            r"[Ii]llegal (?:[Ii]nstruction|memory access|address)|[Mm]isaligned\b.{0,30}address|"
+            r"[Ii]llegal (?:[Ii]nstruction|[Mm]emory [Aa]ccess|[Aa]ddress)|[Mm]isaligned\b.{0,30}address|"
             r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
             r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
-            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|warp (?:illegal|out-of-range)|"
+            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
-            r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction",
+            r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
+            r"on (?:global|shared|local) address space|cudaErrorInvalidAddressSpace|Hardware (?:stack|exception)",
         ),
     ),
     (
@@ -106,6 +147,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:GPU|device|arch|platform|hardware|SM)|"
             r"(?:only|not) supported (?:on|for) (?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|GPUs? with)|"
             r"\bonly supports? (?:SM|sm_|Hopper|Blackwell|H100|B200|compute capability|GPUs?)|"
+            r"\bonly supports? (?:\w+[ -]){1,3}(?:GPUs?|devices?|arch\w*|cards?)\b|"
+            r"(?:Ampere|Hopper|Ada|Turing|Volta|Blackwell)(?: GPUs?)? (?:or|and) (?:newer|later|above)|"
             r"requires? (?:an? )?(?:SM ?\d+|sm_?\d+|Hopper|Blackwell|compute capability|device with capability|GPU)|"
             r"No supported CUDA architectures|"
             r"[Cc]ompute capability.{0,40}(?:not supported|too (?:new|old)|unsupported)|"
@@ -117,7 +160,16 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not supported on [\d.+x ]+arch|cutlass cannot initialize|[Ff]ailed to initialize cutlass|"
             r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
             r"(?:config|kernel|tactic|algorithm|implementation)|"
-            r"NOT_SUPPORTED\b",
+            r"NOT_SUPPORTED\b|"
+            r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with|in) .{0,40}"
+            # an arch word must follow (not "for head size 512 on this GPU")
+            r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX)|"
+            r"(?:GPUs?|devices?|architectures?|archs?|SMs?|cards?) (?:is |are )?not (?:yet )?supported|"
+            r"[Ee]xpected (?:a )?(?:device |GPU )?(?:compute )?capability|"
+            r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
+            r"(?:does not|doesn't|do not|don't) support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
+            r"(?:only|not) (?:be )?(?:supported|available|run) on "
+            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)",
         ),
     ),
     (
@@ -140,7 +192,12 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"GLIBC|Permission denied|PermissionError|Address already in use|Connection refused|"
             r"\b40[13]\b|[Tt]okenizer|AttributeError: module|has no attribute|incompatible with|"
             r"not found in|Could not find|pip install|No CUDA GPUs are available|"
-            r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid",
+            r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid|"
+            r"communicate with the NVIDIA driver|NVIDIA driver.{0,40}(?:not|isn't) (?:loaded|running|installed)|"
+            r"probe routine failed|None of the NVIDIA devices|nvidia-container-cli|libnvidia-ml|NVML|"
+            r"system not yet initialized|driver initialization failed|cudaGetDeviceCount|CUDA_ERROR_NOT_INITIALIZED|"
+            r"cudaErrorInitializationError|busy or unavailable|cudaErrorDevicesUnavailable|initialization error|"
+            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs",
         ),
     ),
 )
@@ -154,7 +211,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
     ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
-    ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]")),
+    ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
@@ -174,25 +231,30 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # lower-case words every library pattern above needs, for the prefilter (prefilter.py)
 LIBRARY_WORDS = (
     "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
-    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "xformers", "flash_attn", "flash-attention",
+    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
     "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip
+_LIB_PREFIX = re.compile(r"(?<![A-Za-z])lib(?=[a-z])")  # libflashinfer.so, libggml-cuda.so: the library's name
 _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
 _ARCH = re.compile(
     r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
+    r"(?-i:(?<=[a-z])Sm(?P<cam>\d{2,3})[af]?)(?![0-9])|"  # CamelCase kernel names: GemmSm100, FmhaSm90
     r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
     r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
     r"major versions \[(?P<majors>[\d, ]+)\]",
     re.I,
 )
 _SM12X_TOKEN = re.compile(
-    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12[01]\b|compute_12[01]|"
-    r"[Cc]apability\D{0,6}12[.,] ?[01]\b|\(12, ?[01]\)|"
-    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?) (?:is |= ?)?(?:sm_?)?12[01]\b",
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|(?-i:(?<=[a-z])Sm12[01])(?!\d)|"
+    r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
+    r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
+    r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
+    # GPU names are logkind's: a GPU shown is not a failing line
+    r"\b(?:GeForce|consumer|workstation) Blackwell\b|\bSM:? ?0x12[01]0\b",
     re.I,
 )
 
@@ -261,12 +323,32 @@ class StructureFinding:
         return text
 
 
+# A refusal word; next to an architecture token in the same line it shows an arch path (any wording).
+_REFUSAL = re.compile(
+    r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
+    r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
+)
+
+
+# Words that, next to an architecture token, say a build carries no code for it.
+_MISSING = re.compile(r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b")
+
+
 def classify_line(body: str) -> tuple[str, str] | None:
     """(class, cue) for the words of one fatal line, or None when they show no class."""
     for cls, pattern in _CUES:
         m = pattern.search(body)
         if m:
             return cls, m.group(0)
+    arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
+    if arch:
+        for r in _MISSING.finditer(body):
+            if abs(r.start() - arch.start()) <= 80:
+                return "binary-lacks-arch", f"{r.group(0)} ... {arch.group(0)}"
+        for r in _REFUSAL.finditer(body):
+            if abs(r.start() - arch.start()) <= 80:
+                return "arch-path-unsupported", f"{r.group(0)} ... {arch.group(0)}"
     return None
 
 
@@ -285,7 +367,7 @@ class Evidence:
         frame = _FRAME.search(line) if 'File "' in line else None
         if frame:
             self.last_frame = (line_no, line)
-        text = frame.group("path") if frame else line
+        text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
         for name, pattern in _LIBRARIES:
             if pattern.search(text):
                 self.libraries.append((line_no, name))
@@ -303,10 +385,11 @@ class Evidence:
                 if fm and fm.group("v").strip("'\"") not in _UNSET:
                     self.flags[flag] = fm.group("v").strip("'\",")
 
-    def library_near(self, line_no: int, window: int = 60) -> str | None:
-        """The library of the innermost frame (or the last named) shortly before `line_no`,
-        preferring a kernel library over the frameworks and torch that call it."""
-        near = [lib for n, lib in self.libraries if line_no - window <= n <= line_no]
+    def library_near(self, line_no: int, window: int = 60, after: int = 0) -> str | None:
+        """The library of the innermost frame (or the last named) shortly before `line_no` (or, for
+        C++ and Java-style traces, the `after` lines below it), preferring a kernel library over the
+        frameworks and torch that call it."""
+        near = [lib for n, lib in self.libraries if line_no - window <= n <= line_no + after]
         for lib in reversed(near):
             if lib not in ("torch", "vllm", "sglang"):
                 return lib
@@ -316,10 +399,10 @@ class Evidence:
         """An SM12x token in the lines around `line_no` (a sanitizer names the kernel after the fault)."""
         return next((t for n, t in self.sm12x_tokens if line_no - before <= n <= line_no + after), None)
 
-    def archs_near(self, line_no: int, window: int = 60) -> list[str]:
+    def archs_near(self, line_no: int, window: int = 60, after: int = 0) -> list[str]:
         out: list[str] = []
         for n, a in self.archs:
-            if line_no - window <= n <= line_no and a not in out:
+            if line_no - window <= n <= line_no + after and a not in out:
                 out.append(a)
         return out
 
@@ -354,6 +437,8 @@ def _arch_name(m: re.Match[str]) -> str:
         return f"sm_{g['sm']}"
     if g.get("SM"):
         return f"SM{g['SM']}"
+    if g.get("cam"):
+        return f"SM{g['cam']}"
     if g.get("cc"):
         return f"compute_{g['cc']}"
     if g.get("maj"):
@@ -366,7 +451,7 @@ def _arch_name(m: re.Match[str]) -> str:
 def library_in(line: str) -> str | None:
     """A kernel library the fatal line itself names (not the frameworks and torch around it)."""
     frame = _FRAME.search(line)
-    text = frame.group("path") if frame else line
+    text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
     for name, pattern in _LIBRARIES:
         if name in ("torch", "vllm", "sglang"):
             continue
@@ -375,9 +460,20 @@ def library_in(line: str) -> str | None:
     return None
 
 
+def has_arch_token(text: str) -> bool:
+    """The text names a GPU architecture (sm_120, SM100, compute capability 9.0, Hopper, ...)."""
+    return bool(_SM12X_TOKEN.search(text) or _ARCH.search(text))
+
+
 def sm12x_token_in(text: str) -> str | None:
-    m = _SM12X_TOKEN.search(text)
-    return m.group(0) if m else None
+    """An SM12x token in a line that is not an arch list (a build's list names no GPU)."""
+    for line in text.splitlines():
+        if len(_ARCH.findall(line)) >= 3:
+            continue
+        m = _SM12X_TOKEN.search(line)
+        if m:
+            return m.group(0)
+    return None
 
 
 def cuda_error_of(line: str) -> str | None:

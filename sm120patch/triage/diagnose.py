@@ -335,6 +335,10 @@ class Diagnoser:
         resolved = [self._resolve(f, framework) for f in self._findings.values()]
         if not any(f.fatal for f in resolved):
             resolved += self._structural_findings()
+        elif all(f.cls not in triage_classes.SM12X_CLASSES for f in resolved if f.fatal):
+            # the catalogue named only a symptom (an import error, NCCL): a fatal line that says in so many
+            # words that an SM12x arch path failed is the cause too
+            resolved += [f for f in self._structural_findings() if f.sm12x == "yes" and f.evidence == "class"]
         findings = sorted(resolved, key=lambda f: (not f.fatal, f.line_no))
         notes = list(self._notes)
         if self.applied is None and self._recipe_sigs:
@@ -402,14 +406,16 @@ class Diagnoser:
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
         elif verdict == "maybe":
             gpu = self.kind.gpu
-            if gpu == "sm12x" and self.kind.sm12x_gpu:
+            if f.cls not in triage_classes.SM12X_CLASSES:
+                pass  # NCCL, OOM, a missing module: the GPU shown does not make them an architecture cause
+            elif gpu == "sm12x" and self.kind.sm12x_gpu:
                 ev = self.kind.sm12x_gpu
                 notes.append(f"the log shows an SM12x GPU (line {ev.line_no}: {ev.line})")
                 if f.cls != "kernel-fault" or self.structure.evidence.sm12x_token_near(f.line_no):
                     verdict = "yes"
                 else:  # a faulting kernel on an RTX 5090 is as often a plain bug as an SM12x path
                     notes.append("a kernel fault happens on any GPU: the GPU alone does not make it an SM12x cause")
-            elif gpu == "other" and self.kind.other_gpu:
+            elif gpu == "other" and self.kind.other_gpu and not self.structure.evidence.sm12x_token_near(f.line_no):
                 verdict = "no"
                 ev = self.kind.other_gpu
                 notes.append(f"the log shows a GPU that is not SM12x (line {ev.line_no}: {ev.line})")

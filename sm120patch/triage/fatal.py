@@ -17,6 +17,7 @@ _PREFIXES = (
     re.compile(r"^\s*(?P<lvl>ERROR|WARNING|WARN|INFO|DEBUG)\s+\d\d-\d\d [\d:.]+\s+(?:\[[^\]]+\]\s?)?"),
     re.compile(r"^\s*\[\d{4}-\d\d-\d\d[ T|][\d:.|]+[^\]]*\]\s*"),
     re.compile(r"^\s*(?P<glog>[EWIF])\d{4} [\d:.]+\s+\d+ [^\]]+\]\s?"),
+    re.compile(r"^\s*\d{4}-\d\d-\d\d [\d:.]+: (?P<glog>[EWIF]) (?=\S+:\d+\])\S+\]\s?"),  # TensorFlow/XLA
     re.compile(r"^\s*\[rank\d+\]:\s*"),
     re.compile(r"^\s*[\w.-]+-\d+\s+\|\s+"),
     re.compile(r"^\s*[>|\s]*\|\s*\[[\dT:.Z-]+\]\s*"),
@@ -68,7 +69,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "python-exception",
         "Python exception",
-        re.compile(r"(?:^|[\s:\]'(])(?:[\w.]+\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit))(?::|$)"),
+        re.compile(r"(?:^|[\s:\]'(`\">*])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
     ),
     ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
@@ -84,7 +85,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "process died",
         re.compile(
             r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
-            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)"
+            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)|"
+            r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
+            r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)"
         ),
     ),
     (
@@ -97,7 +100,13 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
             r"\bcannot initialize\b|"
-            r"\bno (?:\w+ )?kernel for\b|failed with error\b"
+            r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
+            r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
+            r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
+            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
+            r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
+            r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
+            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b"
         ),
     ),
 )
@@ -139,4 +148,7 @@ def classify(line: str) -> FatalClass | None:
     return None
 
 
-_ERROR_LEVEL = re.compile(r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\])")
+_ERROR_LEVEL = re.compile(
+    r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\]|"
+    r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+:\d+\])"
+)

@@ -31,7 +31,8 @@ _PRIORITY = ("tensorrt-llm", "sglang", "vllm", "pytorch")
 # Statements about the device itself (not arch lists, not compile targets of other GPUs).
 _SM12X_GPU = re.compile(
     r"RTX PRO \d{4}|RTX ?50[5-9]0|\bGB10\b|DGX Spark|"
-    r"(?:[Cc]apability|compute_cap)\D{0,4}12\.[01]\b|capability sm_12[01]\b|capability \(12, [01]\)|"
+    r"(?:[Cc]apability|compute_cap)\D{0,8}12\.[01]\b|capability sm_12[01]\b|capability\W{0,8}\(12, ?[01]\)|"
+    r"(?:GPU|[Dd]evice|[Aa]rch(?:itecture)?)\s*[:=]\s*sm_?12[01]\b|"
     r"major 12 minor [01]|--gpu-name=sm_12[01]|for 'sm_12[01]a?'|"
     r"/flashinfer/[\w.]+/12[01][af]?/|_sm12[01][af]?_cute_dsl|'sm_12[01]a?' is not a recognized processor|"
     r"sm_12[01]a? \(consumer Blackwell\)"
@@ -43,6 +44,18 @@ _OTHER_GPU = re.compile(
     r"capability sm_(?!12)\d+\b|CUDA device capability: (?!12)\d+\b|(?:-arch=|--gpu-name=)sm_(?!12)\d+"
 )
 _CLIP = 200
+# words before a GPU name or capability that make it a requirement, not the device ("only supported on H100",
+# "requires compute capability 9.0"): such a line says nothing about the GPU the log ran on
+_REQUIREMENT = re.compile(
+    r"(?:only|support\w*|requir\w*|need\w*|expect\w*|least|minimum|min\.?|like|such as|e\.g\.|>=?|or newer|"
+    r"built for|compiled for|designed for|written for|targets?)\W*(?:\w+\W+){0,4}$",
+    re.I,
+)
+
+
+def _shows_other_gpu(line: str) -> bool:
+    """A GPU other than SM12x is named as the device (not as what a path requires)."""
+    return any(not _REQUIREMENT.search(line[max(0, m.start() - 60) : m.start()]) for m in _OTHER_GPU.finditer(line))
 
 
 @dataclass
@@ -66,7 +79,7 @@ class LogKind:
         self.feed_marks(line)
         if self.sm12x_gpu is None and _SM12X_GPU.search(line):
             self.sm12x_gpu = Evidence(line_no, line.strip()[:_CLIP])
-        if self.other_gpu is None and _OTHER_GPU.search(line):
+        if self.other_gpu is None and _shows_other_gpu(line):
             self.other_gpu = Evidence(line_no, line.strip()[:_CLIP])
 
     def feed_marks(self, line: str) -> None:

@@ -170,6 +170,17 @@ KEYWORDS = (
     "per-block",
     "major",
     "exit",
+    "not implemented",
+    "not available",
+    "no longer",
+    "not include",
+    "probe routine",
+    "initialized",
+    "unknown",
+    "expected",
+    "critical",
+    "only",
+    "did not run",
 )
 
 

@@ -10,6 +10,7 @@ no stronger than the log (classes.py has the classes and the cues).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from sm120patch.triage.classes import StructureFinding
 from sm120patch.triage.logkind import LogKind
 
 SHOW_CHARS = 400
+FRAMES_AFTER = 4  # C++ backtraces ("at lib::fn_sm120") and sanitizers name the code below the message
 CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
 # classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
 CONTEXT_CLASSES = frozenset(
@@ -31,6 +33,7 @@ CONTEXT_CLASSES = frozenset(
         "out-of-memory",
     }
 )
+FAULT_CAUSES = frozenset({"toolchain-lacks-arch", "binary-lacks-arch", "resource-limit", "arch-path-unsupported"})
 WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # an INFO/WARNING line may show these
 # which class answers when several lines show one (an architecture cause first: a missed SM12x crash is worse)
 ORDER = (
@@ -44,6 +47,7 @@ ORDER = (
     "environment",
     "other",
 )
+_PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
@@ -84,6 +88,7 @@ class StructureWatcher:
     _before: dict[str, StructureFinding] = field(default_factory=dict)  # class shown just before a bare line
     _other: dict[str, StructureFinding] = field(default_factory=dict)  # class shown by a line that is not fatal
     _bare: tuple[int, str] | None = None  # the last fatal line whose words show no class
+    _fault_cause: dict[str, StructureFinding] = field(default_factory=dict)  # arch class shown before a fault
 
     def feed(self, line_no: int, line: str) -> None:
         self.evidence.feed(line_no, line)
@@ -94,6 +99,8 @@ class StructureWatcher:
         if got is not None:
             if got[0] not in self._named:
                 self._named[got[0]] = self._finding(got[0], got[1], line_no, line, context, thin=False)
+            if got[0] == "kernel-fault":  # a symptom: a line just before may name the arch path that faulted
+                self._cause_before(line_no, line, context)
             return
         self._bare = (line_no, line)
         for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
@@ -103,9 +110,23 @@ class StructureWatcher:
                 self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
                 break
 
+    def _cause_before(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """An architecture class shown, with an arch token, in the lines just before a kernel fault."""
+        for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):
+            body = fatal.strip_prefix(before)[0]
+            got = triage_classes.classify_line(body)
+            if got is None or got[0] not in FAULT_CAUSES or not triage_classes.has_arch_token(body):
+                continue
+            if got[0] not in self._fault_cause:
+                cue = f"{got[1]} (in a line before the fault: {_clip(before.strip())[:160]})"
+                self._fault_cause[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=False)
+            return
+
     def other_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """A line that is not fatal but says a build or toolchain lacks the GPU (bitsandbytes "compiled
         without GPU support", XLA "No PTX compilation provider"): the answer when no line is fatal."""
+        if line.lstrip().startswith('File "'):
+            return  # a traceback frame says where, not what
         body, quiet = fatal.strip_prefix(line)
         got = triage_classes.classify_line(body)
         if got is None or got[1].lower() in _BARE_WORDS or got[0] in self._other:
@@ -118,15 +139,38 @@ class StructureWatcher:
     def answer(self, kind: LogKind, context: Sequence[str]) -> Answer | None:
         """The strongest structural answer the log supports, or None when it shows no failure at all."""
         pick = _first(self._named) or _first(self._before)
+        if pick is not None and pick.cls == "kernel-fault" and self._fault_cause:
+            pick = _first(self._fault_cause)  # the fault is where the arch path showed; its cause is the path
+        path = self._named.get("arch-path-unsupported")
+        if (
+            pick is not None
+            and pick.cls == "toolchain-lacks-arch"
+            and path is not None
+            and "target" in path.cue
+            and not _PTX_ISA.search(pick.line)  # "requires PTX ISA .version 8.0": the toolchain is too old after all
+        ):
+            pick = path  # ptxas knows the arch; the code uses a feature it lacks ("not supported on .target")
         if pick is None and self._bare is None:
             pick = _first(self._other)
+        if pick is None:  # a bare crash long after torch warned that its build lacks the GPU: that warning
+            pick = _first({c: f for c, f in self._other.items() if c in WARNING_CLASSES})
         last = self._bare or self.evidence.last_frame
         if pick is None and last is not None:
             line_no, line = last
-            archs = self.evidence.archs_near(line_no, window=12)
-            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no)
-            cls = "arch-path-unsupported" if archs and lib not in _FRAMEWORKS else "other"
-            cue = f"a {lib} path naming {', '.join(archs)}" if cls != "other" else ""
+            archs = self.evidence.archs_near(line_no, window=12, after=FRAMES_AFTER)
+            lib = triage_classes.library_in(line) or self.evidence.library_near(line_no, after=FRAMES_AFTER)
+            # a kernel library's own check failed, on an SM12x GPU or one the log does not show: on SM12x most
+            # often a path not written for it (said as thin, "maybe"; a GPU shown as another keeps it "other")
+            on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
+            kernel_lib = lib not in _FRAMEWORKS
+            cls = "arch-path-unsupported" if kernel_lib and (archs or on_sm12x) else "other"
+            if cls == "other":
+                cue = ""
+            elif archs:
+                cue = f"a {lib} path naming {', '.join(archs)}"
+            else:
+                gpu = "an SM12x GPU" if kind.gpu == "sm12x" else "a GPU the log does not name"
+                cue = f"a check in {lib} failed on {gpu}"
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
             if self._bare is None:
                 pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
@@ -139,7 +183,7 @@ class StructureWatcher:
         self, cls: str, cue: str, line_no: int, line: str, context: Sequence[str], thin: bool
     ) -> StructureFinding:
         ev = self.evidence
-        around = line + " " + " ".join(list(context)[-CONTEXT_CUE_LINES:])
+        around = line + "\n" + "\n".join(list(context)[-CONTEXT_CUE_LINES:])
         library = triage_classes.library_in(line) or ev.library_near(line_no)
         return StructureFinding(
             cls=cls,
@@ -159,7 +203,8 @@ class StructureWatcher:
         notes: list[str] = []
         if pick.cls not in triage_classes.SM12X_CLASSES:
             return "no", "", notes
-        if kind.gpu == "other" and kind.other_gpu:
+        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
+        if kind.gpu == "other" and kind.other_gpu and not token:  # "requires 9.0, got 12.0" names no other GPU
             notes.append(
                 f"the log shows a GPU that is not SM12x (line {kind.other_gpu.line_no}: {kind.other_gpu.line})"
             )
@@ -167,7 +212,6 @@ class StructureWatcher:
         shown = kind.gpu == "sm12x" and kind.sm12x_gpu is not None
         if shown:
             notes.append(f"the log shows an SM12x GPU (line {kind.sm12x_gpu.line_no}: {kind.sm12x_gpu.line})")
-        token = pick.sm12x_token or self.evidence.sm12x_token_near(pick.line_no)
         if token:
             notes.append(f"the failing lines name SM12x ({token})")
         strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")

@@ -3,7 +3,8 @@
 The oracle is the corpus: each case's cause, class, fix and expected id were written by hand
 from the public thread it comes from. These tests only compare diagnose's answer with them.
 Issue 13's targets hold on the seed corpus (sm12x.toml, other.toml, heldout.toml); issue 23's
-on the development part (dev-*.toml) and the held-out part (heldout-*.toml, scored once).
+on the development part (dev-*.toml) and the held-out parts (heldout-a/-b.toml, scored once and
+looked at a second time at the end; heldout-c.toml, held-out-2, scored once).
 """
 
 from __future__ import annotations
@@ -17,18 +18,27 @@ from tools.triage_score import Case, CorpusError, Outcome, load_corpus, run_case
 CASES = load_corpus()
 RECALL_TARGET = 0.90
 # issue 23: SM12x right (class or id, SM12x not denied) on each part, 0 false alarms, 0 silent.
-# The held-out part missed issue 23's targets (SM12x right >= 80%, 0 false alarms, 0 silent) when
-# it was scored, once, on 2026-12-01 (docs/crashed.md): 30/48 SM12x right, 1 false alarm, 8 silent.
-# It was not tuned for; these tests hold that measured score as a floor, and the cases it missed
-# are strict xfails, so fixing one (by a general change) makes the test say so.
+# held-out (heldout-a/-b.toml) was scored once on 2026-12-01 and missed the targets (30/48 SM12x right,
+# 1 false alarm, 8 silent); development then went on on the dev part only, and at the end it was
+# looked at a second time: 34/48, 1 false alarm, 6 silent. held-out-2 (heldout-c.toml), collected
+# while development went on, was scored once at the end: 42/48 SM12x right (meets >= 80%), 0 false
+# alarms (meets), 3 silent (misses 0). Where a target is met it is asserted; where not, the measured
+# score is the floor and the cases it missed are strict xfails, so fixing one (by a general change,
+# never by tuning to held-out cases) makes the test say so.
 ISSUE_23_HELDOUT_TARGET = 0.80
-PART_TARGETS = {"dev": 0.90, "held-out": 30 / 48}  # held-out: the measured floor, below the target
-HELDOUT_FALSE_ALARMS = frozenset(["pytorch-172629-gb10-capability-warning-false-positive"])
+PART_TARGETS = {
+    "dev": 0.90,
+    "held-out": 34 / 48,  # second look: the measured floor, below the target
+    "held-out-2": ISSUE_23_HELDOUT_TARGET,  # scored once: met
+}
+HELDOUT_FALSE_ALARMS = frozenset(
+    [
+        "pytorch-172629-gb10-capability-warning-false-positive",
+    ]
+)  # held-out (second look); held-out-2 has none, asserted
 HELDOUT_SILENT = frozenset(
     [
         "whisperx-1211-5090-cudnn8-dll-missing",
-        "vllm-35566-rtxpro6000-nvfp4-moe-cudnn-sm120-fault",
-        "modular-5707-sm120-max-tcgen05-constraint",
         "paddle-72252-5080-laptop-cu118-silent-zeros",
         "trtllm-11368-gb10-nvfp4-gemm-cutlass-smem-overflow",
         "vllm-40153-pro6000-gpt-oss-sinks-no-flashinfer-flash-attn",
@@ -36,6 +46,14 @@ HELDOUT_SILENT = frozenset(
         "blog-prathamesh-pro6000-nvidia-smi-no-devices-proprietary-driver-firmware",
     ]
 )
+HELDOUT2_SILENT = frozenset(
+    [
+        "xla-5932-h800-ptxas-does-not-support-cc90",
+        "discuss-vllm-1603-5090-xformers-not-available-warning",
+        "comfyui-flashvsr-6-5090-cudamallocasync-internal-assert",
+    ]
+)  # held-out-2: the 0-silent target is not met; the floor
+KNOWN = {"held-out": (HELDOUT_FALSE_ALARMS, HELDOUT_SILENT), "held-out-2": (frozenset(), HELDOUT2_SILENT)}
 
 
 def _by_id(sm12x: bool) -> list[Case]:
@@ -70,7 +88,9 @@ def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]
     ]
 
 
-@pytest.mark.parametrize("case", _known(CASES, HELDOUT_SILENT, "answered with silence"), ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", _known(CASES, HELDOUT_SILENT | HELDOUT2_SILENT, "answered with silence"), ids=lambda c: c.id
+)
 def test_no_fatal_log_is_answered_with_silence(case: Case, outcomes: dict[str, Outcome]) -> None:
     o = outcomes[case.id]
     assert not o.silent, f"{case.url}: exit 0 with nothing named"
@@ -132,18 +152,17 @@ def test_each_part_meets_issue_23_targets(part: str, outcomes: dict[str, Outcome
     right = [o for o in pos if o.sm12x_right]
     missed = [f"{o.case.id} (named {o.named})" for o in pos if not o.sm12x_right]
     assert len(right) / len(pos) >= PART_TARGETS[part] - 1e-9, missed
-    known_fa, known_silent = (
-        (HELDOUT_FALSE_ALARMS, HELDOUT_SILENT) if part == "held-out" else (frozenset(), frozenset())
-    )
+    known_fa, known_silent = KNOWN.get(part, (frozenset(), frozenset()))
     assert {o.case.id for o in mine if not o.case.sm12x and o.blamed} <= known_fa
     assert {o.case.id for o in mine if o.silent} <= known_silent
 
 
 def test_heldout_floor_is_below_issue_23_target_and_says_so() -> None:
-    """Kept honest: the held-out floor is the measured score, not the target; raise it only by a
+    """Kept honest: a held-out floor is the measured score, not the target; raise it only by a
     general change that lifts the held-out score, never by tuning to held-out cases."""
     assert PART_TARGETS["held-out"] < ISSUE_23_HELDOUT_TARGET
-    assert len(HELDOUT_FALSE_ALARMS) == 1 and len(HELDOUT_SILENT) == 8
+    assert PART_TARGETS["held-out-2"] == ISSUE_23_HELDOUT_TARGET
+    assert len(HELDOUT_FALSE_ALARMS) == 1 and len(HELDOUT_SILENT) == 6 and len(HELDOUT2_SILENT) == 3
 
 
 def test_new_cases_carry_class_and_source_and_come_from_more_than_github() -> None:
@@ -170,10 +189,15 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         'sm12x = true\nclass = "binary-lacks-arch"\nsource = "reddit"\ncause = "c"\nfix = "f"\nexpect = []\n'
         "excerpt = 'RuntimeError: CUDA error: no kernel image is available for execution on the device'\n"
     )
-    for name in ("dev-x.toml", "heldout-x.toml", "sm12x.toml"):
+    for name in ("dev-x.toml", "heldout-x.toml", "heldout-c.toml", "sm12x.toml"):
         (tmp_path / name).write_text(case.replace('id = "x"', f'id = "{name}"').replace("/1", f"/{name}"))
     parts = {c.source: c.part for c in load_corpus(tmp_path)}
-    assert parts == {"dev-x.toml": "dev", "heldout-x.toml": "held-out", "sm12x.toml": "seed"}
+    assert parts == {
+        "dev-x.toml": "dev",
+        "heldout-x.toml": "held-out",
+        "heldout-c.toml": "held-out-2",
+        "sm12x.toml": "seed",
+    }
     (tmp_path / "dev-x.toml").write_text(case.replace("binary-lacks-arch", "out-of-memory"))
     with pytest.raises(CorpusError, match="an SM12x case needs an SM12x architecture class"):
         load_corpus(tmp_path)
