@@ -49,7 +49,7 @@ demo: venv
 	$(PY) tools/releases.py flashinfer $(DEMO_FLASHINFER) $(DEMO)/flashinfer
 	@echo; echo "== 1. sm120patch recipes: the catalogue"; $(CLI) recipes
 	@echo; echo "== 2. sm120patch preflight: SGLang $(DEMO_SGLANG) with the FlashInfer it pins, $(DEMO_FLASHINFER), for sm_120"
-	@$(STEP) 1 "the allreduce-fusion gate is blocked: FlashInfer $(DEMO_FLASHINFER) has no SM12x kernels for it" -- \
+	@$(STEP) 1 "FlashInfer $(DEMO_FLASHINFER) alone has no SM12x kernels for the allreduce-fusion gate; its advice is the FlashInfer backport" -- \
 	  $(CLI) preflight $(DEMO)/sglang --arch sm_120 --flashinfer $(DEMO)/flashinfer --no-torch
 	@echo; echo "== 3. sm120patch plan SGLANG FLASHINFER --stat: the pair, each recipe's status, the files it would change"
 	@$(STEP) 1 "the b12x FP4 recipe stays blocked, FlashInfer $(DEMO_FLASHINFER) has no b12x kernels; the rest can be applied" -- \

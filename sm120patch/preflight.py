@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
@@ -98,6 +99,8 @@ def preflight(
         "probe_level": level,
         "recipes": rows,
     }
+    if not any(t.package == "flashinfer" for t in targets):
+        _note_backport(rows, targets, recipes, archs, fi, level)
     if census_sites is not None:  # compiled code in the environment vs these GPUs (sm120patch/census/)
         from sm120patch.census import for_preflight
 
@@ -105,6 +108,42 @@ def preflight(
         report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
         _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
     return report
+
+
+def _note_backport(
+    rows: list[dict[str, Any]],
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    fi: Any,
+    level: str,
+) -> None:
+    """A FlashInfer given by --flashinfer (or beside the tree) is not a target, so its recipes are not
+    planned: ask what `apply SGLANG FLASHINFER` would do, and where a blocked SGLang gate opens with
+    the FlashInfer backport, say so with that command (the answer apply itself would give)."""
+    blocked = [r for r in rows if r["status"] == BLOCKED and r["package"] == "sglang"]
+    if not blocked or not getattr(fi, "found", False) or not any(r.package == "flashinfer" for r in recipes):
+        return
+    from sm120patch.errors import UserError
+    from sm120patch.hints import apply_command
+    from sm120patch.targets import discover
+    from sm120patch.transaction import Run, plan_many
+
+    try:
+        fi_targets = discover(Path(fi.location), "flashinfer")
+    except UserError:
+        return  # not a tree sm120patch can patch (no version, say): nothing to advise
+    both = [*fi_targets, *targets]
+    planned = {p.recipe.id: p for p in plan_many(both, recipes, Run(list(archs), fi, level, make_probe))}
+    fixes = [i for i, p in planned.items() if p.recipe.package == "flashinfer" and p.status == APPLICABLE]
+    for r in blocked:
+        if fixes and (p := planned.get(r["id"])) is not None and p.status == APPLICABLE:
+            cmd = apply_command(*dict.fromkeys(t.root for t in [*targets, *fi_targets]))
+            r["advice"] = (
+                f"opens with the FlashInfer backport ({', '.join(fixes)}): run `{cmd}` (FlashInfer first, "
+                "each probed), or upgrade FlashInfer"
+            )
+            r["needs_recipes"] = fixes
 
 
 def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:

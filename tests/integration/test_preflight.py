@@ -60,3 +60,32 @@ def test_preflight_with_new_flashinfer_blocks_nothing(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     # (recipes for gates 0.5.9 does not have are not-applicable)
     assert {x["status"] for x in json.loads(r.stdout)["recipes"]} - {"not-applicable"} == {"applicable"}
+
+
+def test_preflight_with_a_flashinfer_tree_beside_names_the_backport_that_apply_would_write(tmp_path: Path) -> None:
+    """SGLang 0.5.9 and the FlashInfer it pins (0.6.3) as two trees, FlashInfer given by --flashinfer:
+    the allreduce gate is blocked on that FlashInfer, and the advice is the pair's apply command.
+    Its oracle is apply itself: the command preflight prints, run, opens the gate."""
+    import shlex
+
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "sg")
+    fi = fetch_or_skip("flashinfer", "0.6.3", tmp_path / "fi")
+    r = _preflight(
+        str(tree), "--arch", "sm_120", "--no-torch", "--flashinfer", str(fi), "--json", env_cache=tmp_path / "cache"
+    )
+    assert r.returncode == 1, r.stderr
+    ar = next(x for x in json.loads(r.stdout)["recipes"] if x["id"] == "sglang-allreduce-fusion-sm120")
+    assert ar["status"] == "blocked" and ar["needs_recipes"] == ["flashinfer-trtllm-comm-sm120"], ar
+    cmd = shlex.split(ar["advice"].split("`")[1])
+    assert cmd[:2] == ["sm120patch", "apply"]
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "sm120patch", *cmd[1:], "--arch", "sm_120", "--probe", "static", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    statuses = {x["id"]: x["status"] for x in json.loads(done.stdout)["recipes"]}
+    assert statuses["flashinfer-trtllm-comm-sm120"] == "applied"
+    assert statuses["sglang-allreduce-fusion-sm120"] == "applied", done.stderr
