@@ -174,6 +174,13 @@ def _problem(data: dict[str, Any]) -> str | None:
             return f"applied[{i}].files holds a path outside the tree"
         if not all(isinstance(a.get(k, ""), str) for k in ("package", "arch", "at", "version")):
             return f"applied[{i}] has a non-string package/arch/at/version"
+        if not all(isinstance(a.get(k, ""), (str, type(None))) for k in ("dist_version", "sha256")):
+            return f"applied[{i}] has a non-string dist_version/sha256"
+        for key, kind in (("evidence", dict), ("recheck", dict), ("git", dict), ("dependents", list)):
+            if a.get(key) is not None and not isinstance(a[key], kind):
+                return f"applied[{i}].{key} is not a {'table' if kind is dict else 'list'}"
+        if not isinstance((a.get("evidence") or {}).get("verdicts", []), list):
+            return f"applied[{i}].evidence.verdicts is not a list"
     pending = data.get("pending")
     if pending is not None:
         writes = pending.get("writes") if isinstance(pending, dict) else None
@@ -194,6 +201,8 @@ def _problem(data: dict[str, Any]) -> str | None:
                 return f"pending: {rel!r} lacks sha256 'before'/'after'"
     if not isinstance(data.get("history", []), list):
         return "history is not a list"
+    if not isinstance(data.get("dists", {}), dict):
+        return "dists is not a table"
     return None
 
 
