@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.measure import CLI, env_with, run, summary
 from sm120patch.arch import parse_arch
-from sm120patch.device import can_build_for, find_cuda
-from sm120patch.kernels import load_kernels
+from sm120patch.catalogue.kernels import load_kernels
+from sm120patch.probes.environment.device import can_build_for, find_cuda
 from tests.integration.fi_releases import spec_venv
 from tests.integration.test_build_releases import widened_by_hand
 from tools.releases import cache_dir, pristine

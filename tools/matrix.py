@@ -14,12 +14,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sm120patch import flashinfer_env, gatekeeper, transaction  # noqa: E402
 from sm120patch.arch import parse_arch  # noqa: E402
-from sm120patch.engine import block_failing  # noqa: E402
-from sm120patch.plan import plan  # noqa: E402
-from sm120patch.recipes import load_recipes  # noqa: E402
-from sm120patch.targets import discover  # noqa: E402
+from sm120patch.catalogue.recipes import load_recipes  # noqa: E402
+from sm120patch.engine import pipeline as transaction  # noqa: E402
+from sm120patch.engine.tree import block_failing  # noqa: E402
+from sm120patch.planning.plan import plan  # noqa: E402
+from sm120patch.planning.targets import discover  # noqa: E402
+from sm120patch.probes import recipe_probe as gatekeeper  # noqa: E402
+from sm120patch.probes.environment import flashinfer as flashinfer_env  # noqa: E402
 from tools.releases import FLASHINFER_PINS, FLASHINFER_RELEASES, SGLANG_RELEASES, pristine  # noqa: E402
 
 # what an edit's outcome means, in words: SGLang recipes open gates, FlashInfer recipes fix kernels

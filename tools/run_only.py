@@ -14,11 +14,11 @@ import sys
 import time
 
 from sm120patch.arch import parse_arch
+from sm120patch.catalogue.kernels import get_kernel
 from sm120patch.errors import UserError
-from sm120patch.flashinfer_env import from_python
-from sm120patch.kernels import get_kernel
-from sm120patch.probes.cache import default_cache_dir
-from sm120patch.probes.run import check_run
+from sm120patch.probes.environment.flashinfer import from_python
+from sm120patch.probes.run.rung import check_run
+from sm120patch.probes.verdict_cache import default_cache_dir
 
 
 def main(argv: list[str]) -> int:

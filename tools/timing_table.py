@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from sm120patch.probes.run_timing import main
+from sm120patch.probes.run.timing import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -2,7 +2,7 @@
 install (`preflight`'s census section; docs/census.md).
 
 One module per job: `scan` finds each distribution's shared objects and cubins and reads their
-fatbin headers (through `sm120patch.elf`), with a per-file cache; `rules` is the loader's
+fatbin headers (through `sm120patch.probes.environment.elf`), with a per-file cache; `rules` is the loader's
 compatibility rules, each citing the CUDA documentation; `verdicts` judges each module per GPU;
 `fixes` says what to install or rebuild; `ptxas` finds the ptxas Triton would use; `render`
 writes the text. Only the functions below are for the rest of sm120patch.

@@ -52,7 +52,7 @@ def triton_ptxas(sites: Sequence[Path], env: dict[str, str] | None = None) -> di
 def ptxas_targets(info: dict[str, Any], archs: Sequence[Arch]) -> dict[str, dict[str, Any]]:
     """Whether that ptxas knows the `sm_XYa` Triton compiles for (Triton targets sm_120a on 12.0,
     sm_121a on 12.1); the error it gives when not (diagnose: ptxas-unknown-sm12x)."""
-    from sm120patch.device import CudaToolkit, can_build_for
+    from sm120patch.probes.environment.device import CudaToolkit, can_build_for
 
     out = {}
     for a in archs:

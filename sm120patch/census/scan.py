@@ -51,7 +51,7 @@ _SITE_SCRIPT = "import json, sysconfig; p = sysconfig.get_paths(); print(json.du
 
 
 def cache_dir() -> Path:
-    from sm120patch.probes.cache import default_cache_dir
+    from sm120patch.probes.verdict_cache import default_cache_dir
 
     return default_cache_dir() / "census"
 
@@ -189,7 +189,7 @@ def distributions(site: Path, cache: _Cache) -> tuple[list[Dist], list[str]]:
 
 def _read(path: Path) -> dict[str, Any]:
     """One file's code, compactly: identical translation units grouped with a count."""
-    from sm120patch.elf import read_file_code
+    from sm120patch.probes.environment.elf import read_file_code
 
     code = read_file_code(path)
     units: dict[int, list[str]] = {}
@@ -347,7 +347,7 @@ def for_preflight(
     machine: Any, archs: Sequence[Arch], python: str | None, package_dirs: Sequence[Path], given: Sequence[Path] = ()
 ) -> dict[str, Any]:
     """preflight's census: the detected GPUs' archs (else the planned ones), the driver it saw."""
-    from sm120patch.device import archs_present
+    from sm120patch.probes.environment.device import archs_present
 
     gpus = archs_present(machine) or list(archs)
     return census(sites_for(given, python, package_dirs), gpus, machine.driver)

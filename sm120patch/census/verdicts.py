@@ -124,8 +124,8 @@ def recipe_notes(report: dict[str, Any], needs: dict[str, Sequence[str]]) -> dic
     """Per recipe id: where a kernel it needs lives in a censused module that cannot run on a GPU
     (the kernel catalogue's `jit_modules`, a module `<m>.so` or folder `<m>/`, and `cubin_globs`,
     under a `cubins/` folder), one line each, naming the package, the module and the fix."""
+    from sm120patch.catalogue.kernels import load_kernels
     from sm120patch.errors import UserError
-    from sm120patch.kernels import load_kernels
 
     try:
         catalogue = load_kernels()

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
+from sm120patch.catalogue.kernels import Kernel, get_kernel
 from sm120patch.errors import UserError
-from sm120patch.flashinfer_env import FlashInferEnv
-from sm120patch.kernels import Kernel, get_kernel
 from sm120patch.probes.artifact import jit_module_files, scan_cubins, scan_paths
 from sm120patch.probes.build import check_build
-from sm120patch.probes.cache import ProbeCache, default_cache_dir
+from sm120patch.probes.environment.flashinfer import FlashInferEnv
 from sm120patch.probes.evidence import changes, fingerprint
-from sm120patch.probes.run import check_run, run_fingerprint
+from sm120patch.probes.run.rung import check_run, run_fingerprint
+from sm120patch.probes.rungs import RESULTS, RUNGS, Step, rung_index
 from sm120patch.probes.spec import Ask, build_ask, check_spec, prefetch
 from sm120patch.probes.static import check_static
-from sm120patch.rungs import RESULTS, RUNGS, Step, rung_index
+from sm120patch.probes.verdict_cache import ProbeCache, default_cache_dir
 
 __all__ = [
     "RESULTS",

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sm120patch.elf import FileArchs, scan_file
+from sm120patch.probes.environment.elf import FileArchs, scan_file
 
 
 @dataclass

@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm120patch.arch import Arch
-from sm120patch.device import CudaToolkit, can_build_for, find_cuda
-from sm120patch.elf import ElfError, KernelCode, cubin_kernels, cubin_sm
-from sm120patch.flashinfer_env import FlashInferEnv
-from sm120patch.kernels import Kernel
-from sm120patch.probes.cache import file_digest as file_sha
-from sm120patch.probes.cache import forget_digests
+from sm120patch.catalogue.kernels import Kernel
+from sm120patch.probes.environment.device import CudaToolkit, can_build_for, find_cuda
+from sm120patch.probes.environment.elf import ElfError, KernelCode, cubin_kernels, cubin_sm
+from sm120patch.probes.environment.flashinfer import FlashInferEnv
+from sm120patch.probes.rungs import Step
 from sm120patch.probes.spec import NO_ARCH, answer_for, ask, build_ask
-from sm120patch.rungs import Step
+from sm120patch.probes.verdict_cache import file_digest as file_sha
+from sm120patch.probes.verdict_cache import forget_digests
 
 TIMEOUT_S = 3600.0  # per translation unit
 SCHEMA = 2

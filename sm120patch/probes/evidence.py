@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sm120patch.flashinfer_env import FlashInferEnv
-    from sm120patch.kernels import Kernel
+    from sm120patch.catalogue.kernels import Kernel
+    from sm120patch.probes.environment.flashinfer import FlashInferEnv
 
 MISSING = "missing"
 

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.device import CudaToolkit, can_build_for, find_cuda
-from sm120patch.flashinfer_env import FlashInferEnv
-from sm120patch.kernels import Kernel
-from sm120patch.probes.cache import AnswerCache, ProbeCache, default_cache_dir, forget_digests
+from sm120patch.catalogue.kernels import Kernel
+from sm120patch.probes.environment.device import CudaToolkit, can_build_for, find_cuda
+from sm120patch.probes.environment.flashinfer import FlashInferEnv
+from sm120patch.probes.rungs import Step
 from sm120patch.probes.subproc import child_env, kill_live, own_dir, run_script
-from sm120patch.rungs import Step
+from sm120patch.probes.verdict_cache import AnswerCache, ProbeCache, default_cache_dir, forget_digests
 
 TIMEOUT_S = 120.0  # one interpreter: the imports and every generator call asked of it
 NO_ARCH = "No supported CUDA architectures found"

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sm120patch.rungs import Step
+from sm120patch.probes.rungs import Step
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
-    from sm120patch.flashinfer_env import FlashInferEnv
-    from sm120patch.kernels import Kernel
+    from sm120patch.catalogue.kernels import Kernel
+    from sm120patch.probes.environment.flashinfer import FlashInferEnv
 
 GATE_KWARG = "supported_major_versions"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
-from sm120patch.probes.cache import default_cache_dir
+from sm120patch.probes.verdict_cache import default_cache_dir
 
 
 @dataclass

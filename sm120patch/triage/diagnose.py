@@ -64,8 +64,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120patch import hints
+from sm120patch.catalogue.recipes import Recipe
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
-from sm120patch.recipes import Recipe
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
 from sm120patch.triage.logkind import LogKind

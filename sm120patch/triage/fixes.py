@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120patch.recipes import Recipe
-from sm120patch.targets import Target
+from sm120patch.catalogue.recipes import Recipe
+from sm120patch.planning.targets import Target
 from sm120patch.triage.diagnose import Diagnosis, Finding
 
 
@@ -52,8 +52,8 @@ def matching_recipes(finding: Finding, recipes: Sequence[Recipe]) -> list[Recipe
 def _trees(target: Path) -> dict[str, Target]:
     """package -> Target: the trees under --target, and the FlashInfer next to an SGLang tree."""
     from sm120patch.errors import UserError
-    from sm120patch.gatekeeper import recorded_flashinfer
-    from sm120patch.targets import discover
+    from sm120patch.planning.targets import discover
+    from sm120patch.probes.recipe_probe import recorded_flashinfer
 
     try:
         found = {t.package: t for t in discover(target)}
@@ -79,9 +79,9 @@ def _trees(target: Path) -> dict[str, Target]:
 def find_fix(diag: Diagnosis, recipes: Sequence[Recipe], target: Path, arch: str = "sm_120") -> Fix | None:
     """The apply command for the recipes that match the crash and would apply to these trees."""
     from sm120patch.arch import parse_arch
-    from sm120patch.engine import applied_reasons
-    from sm120patch.journal import Journal
-    from sm120patch.plan import APPLICABLE, UNTESTED, plan
+    from sm120patch.engine.journal import Journal
+    from sm120patch.engine.tree import applied_reasons
+    from sm120patch.planning.plan import APPLICABLE, UNTESTED, plan
 
     wanted: list[Recipe] = []
     for f in diag.causes:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120patch.datafile import check_table, fail, read_toml
+from sm120patch.catalogue.datafile import check_table, fail, read_toml
+from sm120patch.catalogue.recipes import default_recipe_dir
 from sm120patch.errors import RecipeError
-from sm120patch.recipes import default_recipe_dir
 from sm120patch.triage.classes import CLASSES
 from sm120patch.triage.logkind import FRAMEWORKS
 

@@ -23,7 +23,7 @@ SCHEMA = 1
 
 
 def path_for(root: Path) -> Path:
-    from sm120patch.journal import state_dir_for
+    from sm120patch.engine.journal import state_dir_for
 
     return state_dir_for(root) / FILENAME
 
@@ -42,7 +42,7 @@ def read(root: Path) -> dict[str, dict[str, Any]]:
 
 def write(root: Path, decisions: Iterable[dict[str, Any]], report: str | None) -> Path:
     """Record each decision under each of its recipes (merged with what earlier runs recorded)."""
-    from sm120patch.journal import atomic_write
+    from sm120patch.engine.journal import atomic_write
 
     path = path_for(root)
     recipes = read(root)

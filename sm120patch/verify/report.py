@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sm120patch.journal import atomic_write
+from sm120patch.engine.journal import atomic_write
 
 
 def _median(runs: list[dict[str, Any]], c: str, *keys: str) -> float | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sm120patch.recipes import Recipe
+from sm120patch.catalogue.recipes import Recipe
 from sm120patch.verify import decide as decide_mod
 from sm120patch.verify import metrics, schedule, workload
 from sm120patch.verify.tree import Tree
@@ -221,7 +221,7 @@ class Runner:
         return run, launch
 
     def _launch(self, log_name: str) -> Launch:
-        from sm120patch import guard
+        from sm120patch.triage import guard
         from sm120patch.triage.diagnose import Diagnoser
 
         opts = self.opts
@@ -274,7 +274,7 @@ class Runner:
         if server is not None:
             import signal as sig
 
-            from sm120patch import guard
+            from sm120patch.triage import guard
 
             if server.proc.poll() is None or guard.group_members(server.pgid):
                 server.stop(sig.SIGTERM)

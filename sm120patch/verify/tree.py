@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sm120patch.recipes import Recipe
-from sm120patch.targets import Target
+from sm120patch.catalogue.recipes import Recipe
+from sm120patch.planning.targets import Target
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Tree:
         self.managed = set(managed)
 
     def applied(self) -> set[str]:
-        from sm120patch.engine import applied_recipes
+        from sm120patch.engine.tree import applied_recipes
 
         out: set[str] = set()
         for t in self.targets:
@@ -41,7 +41,7 @@ class Tree:
 
     def recover(self) -> list[str]:
         """Finish a transaction an interrupt cut short (its files back to their before-bytes)."""
-        from sm120patch.journal import Journal
+        from sm120patch.engine.journal import Journal
 
         restored: list[str] = []
         for root in sorted({t.root for t in self.targets}):
@@ -53,7 +53,7 @@ class Tree:
 
     def switch_to(self, wanted: set[str]) -> Switch:
         """Make the managed recipes applied exactly where `wanted` says; returns what changed."""
-        from sm120patch.transaction import apply_many, rollback_many
+        from sm120patch.engine.pipeline import apply_many, rollback_many
 
         self.recover()
         done = Switch()

@@ -69,7 +69,7 @@ class RequestResult:
 
 def load_prompts(path: Path | None = None) -> list[Prompt]:
     """The prompt set shipped with the package (or another in the same format)."""
-    from sm120patch.datafile import read_toml
+    from sm120patch.catalogue.datafile import read_toml
 
     where = path or Path(str(resources.files("sm120patch.verify") / "prompts.toml"))
     try:

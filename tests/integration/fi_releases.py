@@ -61,12 +61,12 @@ def spec_venv() -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     for args in ([SPEC_TORCH, *SPEC_VENV_DEPS], ["--no-deps", str(fi_whl)]):
-        p = subprocess.run([str(py), "-m", "pip", "install", "-q", *args], capture_output=True,
-                           text=True, timeout=1200)
+        p = subprocess.run([str(py), "-m", "pip", "install", "-q", *args], capture_output=True, text=True, timeout=1200)
         if p.returncode != 0:
             unavailable(f"cannot build the spec venv ({' '.join(args)}): {p.stderr.strip()[-400:]}")
-    v = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
-                       capture_output=True, text=True, timeout=300).stdout.strip()
+    v = subprocess.run(
+        [str(py), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, timeout=300
+    ).stdout.strip()
     if not v.startswith("2.13.0"):
         pytest.fail(f"spec venv got torch {v!r}, not the CPU 2.13.0 wheel")
     (venv / ".ready").write_text(v + "\n")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sm120patch.arch import parse_arch
-from sm120patch.device import can_build_for, find_cuda
+from sm120patch.probes.environment.device import can_build_for, find_cuda
 from tests.conftest import fetch_or_skip
 from tests.integration.fi_releases import spec_venv, unpacked
 from tools.releases import cache_dir
@@ -92,9 +92,9 @@ def test_a_warm_build_verdict_on_a_real_release_starts_neither_flashinfer_nor_nv
 ) -> None:
     """Once built (here or by the test above, in the shared cache), the build rung answers from hashes:
     FlashInfer's compile commands from the answer cache, every cubin from the cubin cache."""
-    from sm120patch.flashinfer_env import from_tree
-    from sm120patch.kernels import get_kernel
+    from sm120patch.catalogue.kernels import get_kernel
     from sm120patch.probes import build, spec
+    from sm120patch.probes.environment.flashinfer import from_tree
 
     tree = widened_by_hand("0.6.16", tmp_path / "fi")
     code, out = probe_build(tree)

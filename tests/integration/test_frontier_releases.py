@@ -24,11 +24,13 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sm120patch import engine, flashinfer_env, gatekeeper
 from sm120patch.arch import PREDICATE_MAJORS, parse_arch
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, UNTESTED, plan
-from sm120patch.recipes import load_recipes
-from sm120patch.targets import discover
+from sm120patch.catalogue.recipes import load_recipes
+from sm120patch.engine import tree as engine
+from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, UNTESTED, plan
+from sm120patch.planning.targets import discover
+from sm120patch.probes import recipe_probe as gatekeeper
+from sm120patch.probes.environment import flashinfer as flashinfer_env
 from tests.conftest import fetch_or_skip, pristine_or_skip
 from tests.integration import gates
 from tests.integration.gates import Device, Scope

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.journal import Journal
+from sm120patch.engine.journal import Journal
 from tests.conftest import fetch_or_skip
 
 pytestmark = pytest.mark.releases

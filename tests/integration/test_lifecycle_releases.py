@@ -159,7 +159,7 @@ def test_rolling_back_the_flashinfer_recipe_in_one_site_takes_its_dependent_firs
 
 def test_guard_rolls_the_flashinfer_recipe_back_in_one_site(venv: Path) -> None:
     """guard's hook (`engine.rollback_recipes`) sees every package of the site, and the dependents."""
-    from sm120patch.engine import rollback_recipes
+    from sm120patch.engine.tree import rollback_recipes
 
     site = site_of(venv)
     assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
@@ -180,7 +180,7 @@ def test_force_reinstall_of_flashinfer_is_seen_by_status_apply_and_rollback(venv
     st = json.loads(sm("status", site, "--json").stdout)
     states = {a["id"]: a["state"] for t in st["targets"] for a in t["applied"]}
     assert states[FIX] == "replaced-by-pip"
-    from sm120patch.engine import applied_recipes
+    from sm120patch.engine.tree import applied_recipes
 
     assert FIX not in applied_recipes(site) and AR in applied_recipes(site)  # what guard's diagnosis sees
     r = sm("apply", site, *COMMON, "--ok-blocked", "--json")
@@ -440,7 +440,7 @@ def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: 
 
 
 def test_the_overlay_key_changes_when_pip_replaces_the_bytes(venv: Path) -> None:
-    from sm120patch.overlay import overlay_root
+    from sm120patch.probes.environment.overlay import overlay_root
 
     site = site_of(venv)
     change = {"jit/comm.py": b"# planned\n"}
@@ -484,9 +484,9 @@ def test_a_journal_an_older_version_kept_in_the_package_folder_still_rolls_back(
     paths relative to that folder. status SITE names it (exit 1); rollback SITE/sglang restores."""
     import dataclasses
 
-    from sm120patch import engine
-    from sm120patch.recipes import load_recipes
-    from sm120patch.targets import discover
+    from sm120patch.catalogue.recipes import load_recipes
+    from sm120patch.engine import tree as engine
+    from sm120patch.planning.targets import discover
 
     site = site_of(venv)
     (sg,) = discover(site, "sglang")

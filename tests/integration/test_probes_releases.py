@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sm120patch.arch import parse_arch
-from sm120patch.flashinfer_env import from_python, from_tree
-from sm120patch.kernels import get_kernel
+from sm120patch.catalogue.kernels import get_kernel
 from sm120patch.probes import ProbeCache, probe_kernel
 from sm120patch.probes import spec as spec_mod
 from sm120patch.probes.artifact import scan_cubins
+from sm120patch.probes.environment.flashinfer import from_python, from_tree
 from sm120patch.probes.spec import check_spec
 from tests.integration.fi_releases import site_with_cubin, spec_venv, unpacked
 
@@ -22,8 +22,9 @@ SM90, SM100, SM120, SM121 = (parse_arch(a) for a in ("sm_90", "sm_100", "sm_120"
 NEWEST = "0.7.4"
 
 
-@pytest.mark.parametrize("version, sm120", [
-    ("0.6.1", "fail"), ("0.6.16", "fail"), ("0.6.17", "pass"), (NEWEST, "pass")])
+@pytest.mark.parametrize(
+    "version, sm120", [("0.6.1", "fail"), ("0.6.16", "fail"), ("0.6.17", "pass"), (NEWEST, "pass")]
+)
 def test_trtllm_comm_static(version: str, sm120: str) -> None:
     fi = from_tree(unpacked("flashinfer-python", version))
     assert fi.version == version and fi.dist_versions["flashinfer-python"] == version

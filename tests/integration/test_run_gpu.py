@@ -14,11 +14,11 @@ from collections import Counter
 import pytest
 
 from sm120patch.arch import Arch
-from sm120patch.device import detect
-from sm120patch.flashinfer_env import from_python
-from sm120patch.kernels import get_kernel
+from sm120patch.catalogue.kernels import get_kernel
 from sm120patch.probes import ProbeCache, probe_kernel
-from sm120patch.probes.run import check_run
+from sm120patch.probes.environment.device import detect
+from sm120patch.probes.environment.flashinfer import from_python
+from sm120patch.probes.run.rung import check_run
 from tests.conftest import requires
 
 pytestmark = pytest.mark.gpu

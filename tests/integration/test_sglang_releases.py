@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import engine
 from sm120patch.arch import parse_arch
-from sm120patch.plan import APPLICABLE, APPLIED, NOT_APPLICABLE, SATISFIED
-from sm120patch.recipes import load_recipes
-from sm120patch.targets import discover
+from sm120patch.catalogue.recipes import load_recipes
+from sm120patch.engine import tree as engine
+from sm120patch.planning.plan import APPLICABLE, APPLIED, NOT_APPLICABLE, SATISFIED
+from sm120patch.planning.targets import discover
 from tests.conftest import fetch_or_skip, pristine_or_skip
 from tests.integration import gates
 from tools.releases import SGLANG_RELEASES

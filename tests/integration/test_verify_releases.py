@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.journal import Journal
+from sm120patch.engine.journal import Journal
 from tests.conftest import fetch_or_skip
 from tests.unit.sglang_fakes import snapshot
 from tests.unit.verify_fakes import free_port, server_command

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import pytest
 
-from sm120patch.journal import DIRNAME
+from sm120patch.engine.journal import DIRNAME
 from tools.releases import cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def unprivileged_runtime(user: str) -> Runtime:
     import tempfile
 
     import sm120patch
-    from sm120patch.recipes import default_recipe_dir
+    from sm120patch.catalogue.recipes import default_recipe_dir
 
     root = Path(tempfile.mkdtemp(prefix="sm120patch-unprivileged-"))
     atexit.register(shutil.rmtree, root, True)

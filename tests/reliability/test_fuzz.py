@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sm120patch.catalogue.recipes import default_recipe_dir
 from sm120patch.cli import main
-from sm120patch.journal import DIRNAME
-from sm120patch.recipes import default_recipe_dir
+from sm120patch.engine.journal import DIRNAME
 from tests.reliability.conftest import APPLY, count, fingerprint, make_fake
 
 RECIPE_CASES = 300

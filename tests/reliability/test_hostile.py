@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import engine
 from sm120patch.arch import parse_arch
+from sm120patch.catalogue.recipes import default_recipe_dir, load_recipes
+from sm120patch.engine import tree as engine
+from sm120patch.engine.journal import DIRNAME, Journal, state_dir_for
 from sm120patch.errors import UserError
-from sm120patch.journal import DIRNAME, Journal, state_dir_for
-from sm120patch.recipes import default_recipe_dir, load_recipes
-from sm120patch.targets import discover
+from sm120patch.planning.targets import discover
 from tests.reliability.conftest import (
     APPLY,
     COMMUNICATOR,
@@ -200,7 +200,7 @@ def test_file_changed_between_plan_and_write(fake: Path, monkeypatch: pytest.Mon
         edited.update(fingerprint(fake))
         return plans
 
-    from sm120patch import transaction
+    from sm120patch.engine import pipeline as transaction
 
     monkeypatch.setattr(engine, "plan", plan_then_user_edits)
     monkeypatch.setattr(transaction, "plan", plan_then_user_edits)  # the pipeline plans there
@@ -332,7 +332,7 @@ def test_unprivileged_runs_do_not_need_to_read_the_clone() -> None:
     assert not rt.root.resolve().is_relative_to(REPO_ROOT)
     for entry in rt.pythonpath.split(os.pathsep):
         assert not Path(entry).resolve().is_relative_to(REPO_ROOT), entry
-    code = "import sm120patch, sm120patch.recipes as r; print(sm120patch.__file__, len(r.load_recipes()))"
+    code = "import sm120patch, sm120patch.catalogue.recipes as r; print(sm120patch.__file__, len(r.load_recipes()))"
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": rt.pythonpath, "PYTHONNOUSERSITE": "1"}
     out = subprocess.run(
         [*as_user(user), rt.python, "-s", "-c", code], capture_output=True, text=True, env=env, cwd=rt.root, timeout=120

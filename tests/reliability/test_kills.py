@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.journal import DIRNAME
+from sm120patch.engine.journal import DIRNAME
 from tests.conftest import fetch_or_skip, pristine_or_skip
 from tests.reliability.conftest import APPLY, Baseline, cli, count, kill_group
 

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sm120patch.recipes import default_recipe_dir
+from sm120patch.catalogue.recipes import default_recipe_dir
 from tests.reliability.conftest import count, fingerprint, make_fake
 
 AR = "sglang-allreduce-fusion-sm120"

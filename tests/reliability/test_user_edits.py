@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120patch.journal import DIRNAME
+from sm120patch.engine.journal import DIRNAME
 from tests.reliability.conftest import (
     APPLY,
     COMMUNICATOR_REL,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from sm120patch.arch import parse_arch
-from sm120patch.device import CudaToolkit, can_build_for, find_cuda
-from sm120patch.flashinfer_env import from_tree
-from sm120patch.kernels import get_kernel
+from sm120patch.catalogue.kernels import get_kernel
 from sm120patch.probes import ProbeCache, build, probe_kernel, spec
+from sm120patch.probes.environment.device import CudaToolkit, can_build_for, find_cuda
+from sm120patch.probes.environment.flashinfer import from_tree
 from tests.unit.fi_fakes import BODY_OPEN, make_buildable_tree
 
 SM90, SM120 = parse_arch("sm_90"), parse_arch("sm_120")
@@ -154,7 +154,7 @@ def test_requested_build_without_nvcc_reaches_static_and_says_so(
 
 
 def test_depfile_and_kernel_family_parsing(tmp_path: Path) -> None:
-    from sm120patch.elf import kernel_family
+    from sm120patch.probes.environment.elf import kernel_family
 
     d = tmp_path / "x.d"
     d.write_text("/o/x.cubin : /src/a.cu \\\n  /inc/b.cuh /inc/c.cuh \\\n  /usr/include/d.h\n")

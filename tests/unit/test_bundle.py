@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.bundle import BundleError
-from sm120patch.bundle_read import read
+from sm120patch.bundle.format import BundleError
+from sm120patch.bundle.read import read
 from tests.unit.fi_fakes import make_tree
 from tests.unit.sglang_fakes import ALL_IDS, ALLREDUCE, AUTOTUNE, GIT_ENV, MOE, git, snapshot
 from tests.unit.test_cli import Run, assert_one_line_error
@@ -42,7 +42,7 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def recipes_dir(root: Path, with_backport: bool = False) -> Path:
-    from sm120patch.recipes import default_recipe_dir
+    from sm120patch.catalogue.recipes import default_recipe_dir
 
     (root / "sglang").mkdir(parents=True)
     shutil.copy(default_recipe_dir() / "kernels.toml", root)
@@ -477,8 +477,8 @@ def test_preflight_bundle_fails_on_unpatched_bytes_with_the_git_command(sm, bund
 
 
 def _machine(*archs: str):  # noqa: ANN202
-    from sm120patch import device
     from sm120patch.arch import parse_arch
+    from sm120patch.probes.environment import device
 
     gpus = [device.Gpu(i, f"fake {a}", parse_arch(a).major, parse_arch(a).minor, "nvml") for i, a in enumerate(archs)]
     return device.Machine(gpus, None, device.CudaToolkit(), None)
@@ -486,7 +486,7 @@ def _machine(*archs: str):  # noqa: ANN202
 
 def test_preflight_bundle_checks_the_gpus_it_detects(sm, bundle: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """No --arch on a node: NVML's GPUs decide; none at all is a mismatch, not a guess."""
-    from sm120patch import device
+    from sm120patch.probes.environment import device
 
     node = _patched_node(sm, bundle, tmp_path / "node")
     monkeypatch.setattr(device, "detect", lambda *a, **k: _machine("sm_120", "sm_120"))

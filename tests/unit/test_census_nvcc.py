@@ -26,7 +26,7 @@ from sm120patch.arch import Arch
 from sm120patch.census import ptxas as census_ptxas
 from sm120patch.census import render as census_render
 from sm120patch.census import scan
-from sm120patch.elf import read_file_code
+from sm120patch.probes.environment.elf import read_file_code
 from tests.conftest import requires
 
 KERNEL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'

@@ -129,7 +129,7 @@ def test_fix_asks_for_the_family_with_the_suffix_the_package_uses() -> None:
     [(0xF00640C, "a"), (0x600670A, "a"), (0x6006402, ""), (0x6007802, "")],
 )
 def test_cubin_suffix_from_e_flags_without_the_ptxas_command_line(tmp_path, flags: int, suffix: str) -> None:
-    from sm120patch.elf import read_file_code
+    from sm120patch.probes.environment.elf import read_file_code
     from tests.unit.fi_fakes import elf64_header
 
     path = tmp_path / "k.cubin"

@@ -16,8 +16,8 @@ from typing import Any
 import click
 import pytest
 
-from sm120patch import cli_common
 from sm120patch.cli import cli, main
+from sm120patch.cli import common as cli_common
 from tests.unit.sglang_fakes import (
     ALL_IDS,
     ALLREDUCE,
@@ -37,7 +37,7 @@ def _fake_shaped_catalogue(tmp_path_factory: pytest.TempPathFactory, monkeypatch
     """The fake tree is shaped for these recipes; the rest of the catalogue is tested on real releases."""
     from shutil import copy
 
-    from sm120patch.recipes import default_recipe_dir
+    from sm120patch.catalogue.recipes import default_recipe_dir
 
     root = tmp_path_factory.mktemp("recipes")
     (root / "sglang").mkdir()
@@ -216,7 +216,7 @@ def test_plan_every_arch_must_be_covered(sm, site: Path) -> None:  # noqa: ANN00
 @pytest.fixture
 def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """A probe that finds no kernels for the allreduce recipe, without looking for a FlashInfer."""
-    from sm120patch.gatekeeper import ProbeResult
+    from sm120patch.probes.recipe_probe import ProbeResult
 
     def make_probe(archs, fi, level):  # noqa: ANN001, ANN202
         def probe(recipe):  # noqa: ANN001, ANN202
@@ -399,7 +399,7 @@ def test_clone_errors(sm, bare: tuple[Path, str], tmp_path: Path) -> None:  # no
     ],
 )
 def test_split_ref(source: str, split: tuple[str, str | None]) -> None:
-    from sm120patch.gitops import split_ref
+    from sm120patch.engine.gitops import split_ref
 
     assert split_ref(source) == split
 
@@ -431,7 +431,7 @@ def test_top_help_imports_no_command_module_and_lists_whole_summaries() -> None:
     code = (
         "import sys; from sm120patch.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('sm120patch.commands')))"
+        "print(sorted(m for m in sys.modules if m.startswith('sm120patch.cli.')))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -6,7 +6,7 @@ import json
 import sys
 
 from sm120patch.arch import Arch, parse_arch
-from sm120patch.device import (
+from sm120patch.probes.environment.device import (
     CudaToolkit,
     Gpu,
     Machine,
@@ -20,8 +20,10 @@ from sm120patch.device import (
 
 
 def test_parse_nvidia_smi_mixed() -> None:
-    text = ("NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.1\n"
-            "NVIDIA H200, 9.0, 580.1\nNVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.1\n")
+    text = (
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.1\n"
+        "NVIDIA H200, 9.0, 580.1\nNVIDIA RTX PRO 6000 Blackwell Server Edition, 12.0, 580.1\n"
+    )
     gpus, driver = parse_nvidia_smi(text)
     assert [g.arch.name for g in gpus] == ["sm_120", "sm_90", "sm_120"]
     assert driver == "580.1"
@@ -47,8 +49,7 @@ def test_can_build_for() -> None:
 
 
 def test_arch_override_skips_detection() -> None:
-    m = detect([parse_arch("sm_120"), parse_arch("sm_121"), parse_arch("sm_120")],
-               with_torch=False)
+    m = detect([parse_arch("sm_120"), parse_arch("sm_121"), parse_arch("sm_120")], with_torch=False)
     assert m.overridden and [g.source for g in m.gpus] == ["--arch"] * 3
     assert [a.name for a in archs_present(m)] == ["sm_120", "sm_121"]
     d = m.to_dict()

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 
-from sm120patch import commands_triage
-from sm120patch.commands_triage import diagnose_cmd
-from sm120patch.recipes import Recipe, load_recipes
+from sm120patch.catalogue.recipes import Recipe, load_recipes
+from sm120patch.cli import triage as commands_triage
+from sm120patch.cli.triage import diagnose_cmd
 from sm120patch.triage.diagnose import MISSING, diagnose, read_lines, rollback_command
 from sm120patch.triage.signatures import load_signatures
 

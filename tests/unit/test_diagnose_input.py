@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sm120patch.commands_triage import diagnose_cmd
+from sm120patch.cli.triage import diagnose_cmd
 from sm120patch.triage import log_input
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120patch.recipes import load_recipes
+from sm120patch.catalogue.recipes import load_recipes
 from sm120patch.triage.diagnose import diagnose
 from sm120patch.triage.prefilter import Prefilter
 from tests.unit.test_diagnose import JIT_CRASH, REAL_LINES

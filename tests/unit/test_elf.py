@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sm120patch.elf import ElfError, cubin_sm, scan_file, sm_from_flags, so_fatbin_entries
+from sm120patch.probes.environment.elf import ElfError, cubin_sm, scan_file, sm_from_flags, so_fatbin_entries
 from tests.unit.fi_fakes import cubin, elf64_header, fatbin, host_so
 
 
@@ -34,8 +34,7 @@ def test_not_cuda_elf() -> None:
 def test_fatbin_entries_in_so() -> None:
     so = host_so(fatbin([(2, 90, 0x100000), (2, 120, 0x1200000), (1, 121, 0x108000)]))
     entries = so_fatbin_entries(so)
-    assert [(e.kind, e.sm, e.suffix) for e in entries] == [
-        ("sass", 90, "a"), ("sass", 120, "f"), ("ptx", 121, "a")]
+    assert [(e.kind, e.sm, e.suffix) for e in entries] == [("sass", 90, "a"), ("sass", 120, "f"), ("ptx", 121, "a")]
     assert [e.name for e in entries] == ["sm_90a", "sm_120f", "sm_121a"]
 
 

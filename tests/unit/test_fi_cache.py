@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.fi_cache import ASIDE, cached_builds
+from sm120patch.probes.environment.compiled_cache import ASIDE, cached_builds
 
 KEEPS = "def build(self):\n    if not self.is_ninja_generated:\n        self.write_ninja()\n"
 REWRITES = "def build(self):\n    self.write_ninja()\n"

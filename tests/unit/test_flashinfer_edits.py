@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sm120patch.arch import parse_arch
-from sm120patch.plan import APPLICABLE, NOT_APPLICABLE, SATISFIED, plan
-from sm120patch.recipes import load_recipe
-from sm120patch.targets import discover
+from sm120patch.catalogue.recipes import load_recipe
+from sm120patch.planning.plan import APPLICABLE, NOT_APPLICABLE, SATISFIED, plan
+from sm120patch.planning.targets import discover
 from sm120patch.transforms import TRANSFORMS
 from sm120patch.transforms.widen_major_list import WidenMajorList
 from tests.unit.transforms.helpers import assert_rewrites, assert_satisfied, assert_untouched, run

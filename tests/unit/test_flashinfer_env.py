@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from sm120patch.errors import TargetError
-from sm120patch.flashinfer_env import from_python, from_tree, user_cache_dirs
+from sm120patch.probes.environment.flashinfer import from_python, from_tree, user_cache_dirs
 from tests.unit.fi_fakes import make_tree
 
 

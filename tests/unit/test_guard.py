@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 
-from sm120patch import commands_triage
-from sm120patch.commands_triage import guard_cmd
+from sm120patch.catalogue.recipes import Recipe
+from sm120patch.cli import triage as commands_triage
+from sm120patch.cli.triage import guard_cmd
 from sm120patch.errors import UserError
-from sm120patch.guard import GuardLog, GuardOptions, exit_status, run_guard
-from sm120patch.recipes import Recipe
+from sm120patch.triage.guard import GuardLog, GuardOptions, exit_status, run_guard
 from sm120patch.triage.signatures import load_signatures
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="process checks read /proc (Linux)")
@@ -232,7 +232,7 @@ def test_ready_url_unreachable_falls_back_to_timeout(tmp_path: Path) -> None:
 DRIVER = """\
 import sys
 from pathlib import Path
-from sm120patch.guard import GuardOptions, run_guard
+from sm120patch.triage.guard import GuardOptions, run_guard
 from sm120patch.triage.signatures import load_signatures
 opts = GuardOptions(command=[sys.executable, "-u", sys.argv[1]], target=Path(sys.argv[2]), timeout=30, grace=15)
 sys.exit(run_guard(opts, recipes=[], rollback=lambda t, ids: ids, applied=lambda t: set(),

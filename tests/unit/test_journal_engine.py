@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import engine, journal
 from sm120patch.arch import parse_arch
-from sm120patch.diffs import NO_EOL, unified
+from sm120patch.catalogue.recipes import load_recipes
+from sm120patch.engine import journal
+from sm120patch.engine import tree as engine
+from sm120patch.engine.journal import DIRNAME, Journal, atomic_write, sha256, state_dir_for
 from sm120patch.errors import JournalError, UserError
-from sm120patch.gatekeeper import ProbeResult
-from sm120patch.journal import DIRNAME, Journal, atomic_write, sha256, state_dir_for
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, plan
-from sm120patch.recipes import load_recipes
-from sm120patch.targets import Target, discover
+from sm120patch.planning.diffs import NO_EOL, unified
+from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED, NOT_APPLICABLE, SATISFIED, plan
+from sm120patch.planning.targets import Target, discover
+from sm120patch.probes.recipe_probe import ProbeResult
 from tests.unit.sglang_fakes import (
     ALL_IDS,
     ALLREDUCE,
@@ -652,7 +653,7 @@ def test_killed_during_the_probe_leaves_the_old_tree(site: Path, tmp_path: Path)
     fi = make_tree(tmp_path / "fi", gate="[9, 10, 12]", host="fixed")
     started = tmp_path / "probe-started"
     slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\ntouch {started}\nsleep 60\nexec {sys.executable} \"$@\"\n")
+    slow.write_text(f'#!/bin/sh\ntouch {started}\nsleep 60\nexec {sys.executable} "$@"\n')
     slow.chmod(0o755)
     cmd = [sys.executable, "-m", "sm120patch", "apply", str(site), "--arch", "sm_120", "--probe", "spec"]
     cmd += ["--flashinfer", str(fi), "--python", str(slow)]

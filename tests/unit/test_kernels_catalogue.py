@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sm120patch.arch import parse_arch
+from sm120patch.catalogue.kernels import get_kernel, load_kernels
 from sm120patch.errors import RecipeError, UserError
-from sm120patch.kernels import get_kernel, load_kernels
 
 
 def test_shipped_catalogue() -> None:
@@ -37,11 +37,14 @@ def test_unknown_key(tmp_path) -> None:
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("extra, key", [
-    ('must_be_absent_on = ["sm_x"]\n', "must_be_absent_on[0]"),
-    ('run = "matmul"\n', "run"),
-    ('jit_modules = "x"\n', "jit_modules"),
-])
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ('must_be_absent_on = ["sm_x"]\n', "must_be_absent_on[0]"),
+        ('run = "matmul"\n', "run"),
+        ('jit_modules = "x"\n', "jit_modules"),
+    ],
+)
 def test_bad_values(tmp_path, extra: str, key: str) -> None:
     with pytest.raises(RecipeError, match=key.replace("[", r"\[")):
         load_kernels(_write(tmp_path, BASE + extra))

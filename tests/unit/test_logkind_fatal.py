@@ -35,9 +35,15 @@ def kind(lines: list[str]) -> LogKind:
             "server error",
         ),
         # https://github.com/vllm-project/vllm/issues/32109
-        ("No compiled cutlass_scaled_mm for CUDA device capability: 120. Required capability: 90 or 100", "fatal message"),
+        (
+            "No compiled cutlass_scaled_mm for CUDA device capability: 120. Required capability: 90 or 100",
+            "fatal message",
+        ),
         # https://github.com/sgl-project/sglang/issues/37105
-        ("[2026-09-21 06:49:24] Received sigquit from a child process. It usually means the child failed.", "process died"),
+        (
+            "[2026-09-21 06:49:24] Received sigquit from a child process. It usually means the child failed.",
+            "process died",
+        ),
         # https://github.com/vllm-project/vllm/issues/31480
         (
             "(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [multiproc_executor.py:751] ValueError: No valid attention backend found for cuda",
@@ -87,14 +93,20 @@ def test_framework_from_markers() -> None:
 @pytest.mark.parametrize(
     ("line", "gpu"),
     [
-        ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.", "sm12x"),
+        (
+            "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+            "sm12x",
+        ),
         ("GPU: NVIDIA RTX PRO 6000 Blackwell Server Edition × 4, compute_cap = 12.0", "sm12x"),
         ("GPU 0 Compute Capability: 12.1", "sm12x"),
         ("/tmp/.cache/flashinfer/0.6.6/120a/generated/single_decode.cu:100: RuntimeError", "sm12x"),
         ("[04/28/2024-15:57:10] [TRT-LLM] [I] Compute capability: (7, 5)", "other"),
         ("GPU 0,1: NVIDIA H20", "other"),
         ("GPU 0 Compute Capability: 9.0", "other"),
-        ("The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.", "unknown"),
+        (
+            "The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.",
+            "unknown",
+        ),
         ("Quadro RTX 6000", "other"),
         ("vllm 0.11.1 rc4 (triton on sm120a RTX6000)", "unknown"),
     ],

@@ -17,14 +17,14 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from sm120patch import plan as plan_mod
-from sm120patch import plan_cache
 from sm120patch.arch import parse_arch
-from sm120patch.locate import PackageIndex
-from sm120patch.plan import plan
-from sm120patch.plan_cache import plan_statuses
-from sm120patch.recipes import load_recipes
-from sm120patch.targets import discover
+from sm120patch.catalogue.recipes import load_recipes
+from sm120patch.planning import plan as plan_mod
+from sm120patch.planning import plan_cache
+from sm120patch.planning.locate import PackageIndex
+from sm120patch.planning.plan import plan
+from sm120patch.planning.plan_cache import plan_statuses
+from sm120patch.planning.targets import discover
 from sm120patch.transforms.rewrite import find_functions, replace_nodes
 from tests.unit.sglang_fakes import ALLREDUCE, SERVER_ARGS_REL, make_sglang
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sm120patch.arch import parse_arch
+from sm120patch.catalogue.kernels import load_kernels
 from sm120patch.errors import UserError
-from sm120patch.flashinfer_env import from_tree
-from sm120patch.kernels import load_kernels
 from sm120patch.probes import ProbeCache, probe_kernel, probe_recipe, recipe_passes
 from sm120patch.probes import spec as spec_mod
+from sm120patch.probes.environment.flashinfer import from_tree
 from sm120patch.probes.static import read_gate
 from sm120patch.probes.subproc import arch_list_value
 from tests.unit.fi_fakes import HOST_FILES, cubin, fatbin, host_so, make_tree
@@ -38,7 +38,8 @@ def test_static_reads_literal_constant_and_indirect(tmp_path: Path) -> None:
         "def gen_local():\n    m = (12,)\n    return ctx.flags(supported_major_versions=m)\n"
         "def gen_indirect():\n    return helper()\n"
         "def gen_dynamic(x):\n    return ctx.flags(supported_major_versions=x.majors)\n"
-        "def gen_none():\n    return spec()\n")
+        "def gen_none():\n    return spec()\n"
+    )
     assert read_gate(f, "gen_lit").majors == (9, 10)
     assert read_gate(f, "gen_const").majors == (9, 10, 12)
     assert read_gate(f, "gen_local").majors == (12,)
@@ -159,8 +160,8 @@ def test_static_pass_upgraded_by_spec(tmp_path: Path) -> None:
 def test_spec_degrades_without_interpreter_or_imports(tmp_path: Path) -> None:
     make_tree(tmp_path, gate="[9, 10, 12]")
     (tmp_path / "flashinfer" / "jit" / "comm.py").write_text(
-        "import torch  # noqa\n"
-        "def gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n")
+        "import torch  # noqa\ndef gen_trtllm_comm_module():\n    return f(supported_major_versions=[9, 10, 12])\n"
+    )
     v = probe_kernel(COMM, SM120, from_tree(tmp_path, python=sys.executable), "spec")
     # static passed; spec could not import torch here: the verdict stays on static, says why
     assert (v.result, v.rung) == ("pass", "static")
@@ -221,8 +222,9 @@ def test_cache_answers_without_a_subprocess_and_is_invalidated(tmp_path: Path, m
     assert warm.cached and warm.result == "pass"
     assert warm.reason == cold.reason
     comm = tmp_path / "t" / "flashinfer" / "jit" / "comm.py"
-    comm.write_text(comm.read_text().replace("supported_major_versions=[9, 10, 12]",
-                                             "supported_major_versions=[9, 10]"))
+    comm.write_text(
+        comm.read_text().replace("supported_major_versions=[9, 10, 12]", "supported_major_versions=[9, 10]")
+    )
     again = probe_kernel(COMM, SM120, fi, "spec", cache)
     assert not again.cached and again.result == "fail"
 
@@ -253,8 +255,7 @@ def test_run_rung_without_check_says_why(tmp_path: Path) -> None:
 
 
 def test_arch_list_values() -> None:
-    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == [
-        "9.0a", "10.0a", "12.0f", "12.1a"]
+    assert [arch_list_value(a) for a in (SM90, SM100, SM120, SM121)] == ["9.0a", "10.0a", "12.0f", "12.1a"]
     assert arch_list_value(SM120, cuda_at_least_12_9=False) == "12.0a"
 
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sm120patch.arch import Arch
+from sm120patch.catalogue.recipes import Recipe, default_recipe_dir, load_recipe, load_recipes
 from sm120patch.errors import RecipeError, UserError
-from sm120patch.recipes import Recipe, default_recipe_dir, load_recipe, load_recipes
 from sm120patch.transforms import TRANSFORMS
 
 SGLANG_IDS = {
@@ -290,7 +290,7 @@ def test_installed_copy_reads_its_own_data_not_a_stray_patches_folder(tmp_path: 
     (site / "patches" / "sglang").mkdir(parents=True)
     env = {k: v for k, v in __import__("os").environ.items() if k != "SM120PATCH_RECIPES"}
     env["PYTHONPATH"] = str(site)
-    code = "import sm120patch.recipes as r; print(r.default_recipe_dir()); print(len(r.load_recipes()))"
+    code = "import sm120patch.catalogue.recipes as r; print(r.default_recipe_dir()); print(len(r.load_recipes()))"
     out = subprocess.run(
         [sys.executable, "-s", "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
     )
@@ -506,8 +506,8 @@ def test_fuzz_errors_are_one_line(where: str, key: str, value: Any) -> None:
 def test_newer_release_is_untested_with_the_diff_and_nothing_carried(tmp_path: Path) -> None:
     """A fake 0.5.24 tree: every recipe that would open its gate is `untested`, loudly, with the same
     diff a tested release gets; no later recipe builds on it; `allow_untested` plans it as usual."""
-    from sm120patch.plan import APPLICABLE, UNTESTED, plan
-    from sm120patch.targets import discover
+    from sm120patch.planning.plan import APPLICABLE, UNTESTED, plan
+    from sm120patch.planning.targets import discover
     from tests.unit.sglang_fakes import make_sglang
 
     recipes = load_recipes()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.probes.run import CHECKS_DIR
+from sm120patch.probes.run.rung import CHECKS_DIR
 from tests.integration.fi_releases import spec_venv
 
 SCRIPT = textwrap.dedent(

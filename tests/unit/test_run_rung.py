@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from sm120patch.arch import parse_arch
-from sm120patch.flashinfer_env import FlashInferEnv, from_tree
-from sm120patch.kernels import RUN_CHECKS, load_kernels
-from sm120patch.probes import ProbeCache, probe_kernel, ranks
-from sm120patch.probes import run as run_mod
-from sm120patch.probes.ranks import Child, Run
-from sm120patch.probes.run import CHECKS, CHECKS_ENV, check_run
-from sm120patch.probes.run_verdict import judge_prepare, judge_ranks
+from sm120patch.catalogue.kernels import RUN_CHECKS, load_kernels
+from sm120patch.probes import ProbeCache, probe_kernel
+from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
+from sm120patch.probes.run import ranks
+from sm120patch.probes.run import rung as run_mod
+from sm120patch.probes.run.ranks import Child, Run
+from sm120patch.probes.run.rung import CHECKS, CHECKS_ENV, check_run
+from sm120patch.probes.run.verdict import judge_prepare, judge_ranks
 from tests.integration.fi_releases import spec_venv
 from tests.unit.fi_fakes import make_tree
 
@@ -70,8 +71,19 @@ def _prep(devices: list[tuple[int, int]], name: str = "NVIDIA H200") -> Run:
 
 
 def _case(name: str, ok: bool = True, err: float = 0.01) -> dict:
-    return {"name": name, "ok": ok, "numel": 64, "n_bad": 0 if ok else 64, "n_nonfinite": 0, "max_abs_err": err,
-            "atol": 0.05, "rtol": 0.02, "shape": [16, 4096], "dtype": "bfloat16", "mode": "oneshot"}
+    return {
+        "name": name,
+        "ok": ok,
+        "numel": 64,
+        "n_bad": 0 if ok else 64,
+        "n_nonfinite": 0,
+        "max_abs_err": err,
+        "atol": 0.05,
+        "rtol": 0.02,
+        "shape": [16, 4096],
+        "dtype": "bfloat16",
+        "mode": "oneshot",
+    }
 
 
 def _ranks(*children: Child, timed_out: bool = False) -> Run:
@@ -80,8 +92,18 @@ def _ranks(*children: Child, timed_out: bool = False) -> Run:
 
 def test_verdict_names_what_ran_and_the_error() -> None:
     cases = [_case("oneshot-16 norm_out", err=0.04), _case("twoshot-1024 norm_out", err=0.07)]
-    run = _ranks(*(Child(f"rank {r}", "teardown", result={"api": "trtllm_allreduce_fusion", "cases": cases},
-                         returncode=0, ended_s=4.0) for r in range(2)))
+    run = _ranks(
+        *(
+            Child(
+                f"rank {r}",
+                "teardown",
+                result={"api": "trtllm_allreduce_fusion", "cases": cases},
+                returncode=0,
+                ended_s=4.0,
+            )
+            for r in range(2)
+        )
+    )
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run)
     assert step.result == "pass", step.reason
     assert "2x NVIDIA H200 (sm_90)" in step.reason and "max abs error 0.07" in step.reason
@@ -95,8 +117,10 @@ def test_verdict_names_what_ran_and_the_error() -> None:
 def test_a_mismatch_is_a_fail_that_says_where() -> None:
     good = [_case("a"), _case("b")]
     bad = [_case("a"), {**_case("b", ok=False, err=9.0), "n_nonfinite": 3}]
-    run = _ranks(Child("rank 0", result={"cases": good}, returncode=0, ended_s=1.0),
-                 Child("rank 1", result={"cases": bad}, returncode=0, ended_s=1.0))
+    run = _ranks(
+        Child("rank 0", result={"cases": good}, returncode=0, ended_s=1.0),
+        Child("rank 1", result={"cases": bad}, returncode=0, ended_s=1.0),
+    )
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run)
     assert step.result == "fail"
     assert "wrong numbers in 1 of 4 checks" in step.reason
@@ -104,10 +128,12 @@ def test_a_mismatch_is_a_fail_that_says_where() -> None:
 
 
 def test_the_first_rank_to_fail_is_blamed_not_the_peer_we_killed() -> None:
-    died = Child("rank 1", "kernel", {"case": "oneshot-16"}, returncode=-9, stderr_tail="illegal instruction",
-                 ended_s=2.0)
-    waiting = Child("rank 0", "compare", {"case": "oneshot-16"}, returncode=-9, killed="rank 1 failed 20 s earlier",
-                    ended_s=22.0)
+    died = Child(
+        "rank 1", "kernel", {"case": "oneshot-16"}, returncode=-9, stderr_tail="illegal instruction", ended_s=2.0
+    )
+    waiting = Child(
+        "rank 0", "compare", {"case": "oneshot-16"}, returncode=-9, killed="rank 1 failed 20 s earlier", ended_s=22.0
+    )
     step = judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), _ranks(waiting, died))
     assert step.result == "fail"
     assert "rank 1 died on SIGKILL (kernel phase, case oneshot-16): illegal instruction" in step.reason
@@ -116,8 +142,14 @@ def test_the_first_rank_to_fail_is_blamed_not_the_peer_we_killed() -> None:
 
 def test_a_signal_death_outranks_the_peer_that_raised_a_moment_before_it() -> None:
     """The peer of a killed rank raises as its socket closes; our threads may stamp that first."""
-    raised = Child("rank 0", "kernel", error={"error": "RuntimeError: Connection closed by peer"}, returncode=1,
-                   ended_s=2.1, error_s=2.0)
+    raised = Child(
+        "rank 0",
+        "kernel",
+        error={"error": "RuntimeError: Connection closed by peer"},
+        returncode=1,
+        ended_s=2.1,
+        error_s=2.0,
+    )
     died = Child("rank 1", "kernel", {"case": "c"}, returncode=-9, ended_s=2.05)
     assert _ranks(raised, died).first_failure() is died
     later = dataclasses.replace(died, ended_s=2.0 + ranks.SIGNAL_FIRST_S + 0.5)  # too late to be the cause
@@ -140,8 +172,10 @@ def test_errors_before_the_kernel_are_unknown() -> None:
 
 
 def test_ranks_that_compared_nothing_prove_nothing() -> None:
-    run = _ranks(Child("rank 0", result={"cases": [_case("a")]}, returncode=0, ended_s=1.0),
-                 Child("rank 1", result={"cases": []}, returncode=0, ended_s=1.0))
+    run = _ranks(
+        Child("rank 0", result={"cases": [_case("a")]}, returncode=0, ended_s=1.0),
+        Child("rank 1", result={"cases": []}, returncode=0, ended_s=1.0),
+    )
     assert judge_ranks(AR, SM90, _prep([(9, 0), (9, 0)]), run).result == "unknown"
 
 
@@ -212,8 +246,10 @@ def test_ranks_finish_and_see_no_multicast(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     run = _plain("stdout-noise", tmp_path)
     assert not run.timed_out and [c.how for c in run.children] == ["finished", "finished"]
-    assert all(c.result and c.result["env"] == {"NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-               for c in run.children)
+    assert all(
+        c.result and c.result["env"] == {"NCCL_NVLS_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        for c in run.children
+    )
 
 
 def test_a_rank_that_exits_without_a_word(tmp_path: Path) -> None:
@@ -237,7 +273,7 @@ def test_sigterm_to_the_probe_takes_its_ranks_down(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from sm120patch.probes import ranks\n"
+        "from sm120patch.probes.run import ranks\n"
         f"env = {{**os.environ, 'PLAIN_RUN': 'hang', 'PLAIN_PIDFILE': {str(tmp_path / 'pids')!r}}}\n"
         f"ranks.run_ranks(sys.executable, Path({str(PLAIN)!r}), {{'devices': [0, 1]}}, 2, env, 600.0,\n"
         f"                scratch=Path({str(tmp_path / 'scratch')!r}))\n"

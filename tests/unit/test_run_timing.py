@@ -22,14 +22,16 @@ import pytest
 from click.testing import CliRunner
 
 from sm120patch.arch import parse_arch
+from sm120patch.catalogue.kernels import load_kernels
 from sm120patch.cli import cli
-from sm120patch.device import detect
-from sm120patch.flashinfer_env import from_python, from_tree
-from sm120patch.kernels import load_kernels
-from sm120patch.probes import ProbeCache, probe_kernel, ranks, run_timing
-from sm120patch.probes.ranks import Child, Run
-from sm120patch.probes.run import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run, run_fingerprint
-from sm120patch.probes.run_verdict import judge_ranks
+from sm120patch.probes import ProbeCache, probe_kernel
+from sm120patch.probes.environment.device import detect
+from sm120patch.probes.environment.flashinfer import from_python, from_tree
+from sm120patch.probes.run import ranks
+from sm120patch.probes.run import timing as run_timing
+from sm120patch.probes.run.ranks import Child, Run
+from sm120patch.probes.run.rung import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run, run_fingerprint
+from sm120patch.probes.run.verdict import judge_ranks
 from tests.conftest import pristine_or_skip, requires
 from tests.integration.fi_releases import spec_venv
 from tests.unit.fi_fakes import make_tree

@@ -141,7 +141,7 @@ def test_every_signature_has_a_row_in_the_crash_doc() -> None:
 
 
 def test_fixed_by_names_real_recipes() -> None:
-    from sm120patch.recipes import load_recipes
+    from sm120patch.catalogue.recipes import load_recipes
 
     ids = {r.id for r in load_recipes()}
     named = {r for s in load_signatures() for r in s.fixed_by}

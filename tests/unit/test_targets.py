@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sm120patch.errors import TargetError
-from sm120patch.targets import discover, installed, read_version
+from sm120patch.planning.targets import discover, installed, read_version
 from tests.unit.sglang_fakes import git, make_clone, make_sglang
 
 

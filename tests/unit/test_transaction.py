@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch import engine
 from sm120patch.arch import parse_arch
-from sm120patch.gatekeeper import make_probe, resolve_flashinfer
-from sm120patch.journal import Journal
-from sm120patch.plan import APPLICABLE, APPLIED, BLOCKED
-from sm120patch.recipes import default_recipe_dir, load_recipes
-from sm120patch.targets import discover
-from sm120patch.transaction import Run, apply_many, plan_many, rollback_many
+from sm120patch.catalogue.recipes import default_recipe_dir, load_recipes
+from sm120patch.engine import tree as engine
+from sm120patch.engine.journal import Journal
+from sm120patch.engine.pipeline import Run, apply_many, plan_many, rollback_many
+from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED
+from sm120patch.planning.targets import discover
+from sm120patch.probes.recipe_probe import make_probe, resolve_flashinfer
 from tests.unit.fi_fakes import make_tree
 from tests.unit.sglang_fakes import make_sglang, snapshot
 
@@ -196,7 +196,7 @@ def test_one_site_packages_holding_both(tmp_path: Path, recipes: list) -> None:
 def test_the_overlay_cache_keeps_the_most_recent_and_removes_read_only_leftovers(tmp_path: Path, monkeypatch) -> None:
     import os
 
-    from sm120patch import overlay as ov
+    from sm120patch.probes.environment import overlay as ov
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     base = ov.cache_dir()

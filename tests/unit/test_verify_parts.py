@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sm120patch.catalogue.recipes import load_recipe, load_recipes
 from sm120patch.errors import UserError
-from sm120patch.recipes import load_recipe, load_recipes
 from sm120patch.verify import answers, decide, metrics, record, report, schedule
 from sm120patch.verify.workload import Load, Prompt, RequestResult, load_prompts
 

@@ -43,7 +43,7 @@ def make_tree(parent: Path) -> Path:
 
 def make_recipes(root: Path) -> Path:
     """A recipe folder holding only the test recipes (and the shipped signature/kernel catalogues)."""
-    from sm120patch.recipes import default_recipe_dir
+    from sm120patch.catalogue.recipes import default_recipe_dir
 
     (root / "sglang").mkdir(parents=True)
     for name in ("signatures.toml", "kernels.toml"):

@@ -1,6 +1,6 @@
 """A fake run check for the unit tests: "all-reduce + residual + RMSNorm" in torch on CPU over gloo.
 
-It stands where sm120patch/probes/checks/allreduce_fusion.py stands (same file name, same entry
+It stands where sm120patch/probes/run/checks/allreduce_fusion.py stands (same file name, same entry
 points) and misbehaves on request, through FAKE_RUN:
 ok (right numbers), garbage (rank 1 off by 1), nan (rank 0 writes nothing: NaN poison stays),
 hang (rank 1 never returns from the kernel), die (rank 1 is killed in the kernel), raise (rank 0

@@ -33,6 +33,20 @@ def run_rank(ctx):
         time.sleep(3600)
     if MODE == "exit" and ctx.rank == 0:
         os._exit(3)
-    return {"api": "plain", "cases": [{"name": "plain", "ok": True, "numel": 1, "n_bad": 0, "max_abs_err": 0.0,
-                                       "atol": 0.0, "rtol": 0.0, "shape": [1], "dtype": "none"}],
-            "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_ORDER")}}
+    return {
+        "api": "plain",
+        "cases": [
+            {
+                "name": "plain",
+                "ok": True,
+                "numel": 1,
+                "n_bad": 0,
+                "max_abs_err": 0.0,
+                "atol": 0.0,
+                "rtol": 0.0,
+                "shape": [1],
+                "dtype": "none",
+            }
+        ],
+        "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_ORDER")},
+    }

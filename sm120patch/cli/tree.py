@@ -1,0 +1,362 @@
+"""Commands that change or inspect a tree: plan, apply, rollback, status, clone."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from sm120patch.cli import common
+from sm120patch.cli.bundle import apply_bundle, bundle_option
+from sm120patch.cli.common import (
+    arch_option,
+    check_ids,
+    choice_options,
+    emit_json,
+    json_option,
+    probe_options,
+    recipes_option,
+    report,
+    target_options,
+    targets_for,
+)
+from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
+from sm120patch.hints import apply_command, rollback_command
+from sm120patch.probes.recipe_probe import resolve_archs
+
+if TYPE_CHECKING:
+    from sm120patch.arch import Arch
+    from sm120patch.planning.targets import Target
+
+
+@click.command("plan")
+@target_options
+@arch_option
+@probe_options("static")
+@recipes_option
+@click.option(
+    "--allow-untested",
+    is_flag=True,
+    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
+)
+@click.option("--no-diff", is_flag=True, help="Statuses only.")
+@click.option("--stat", "stat", is_flag=True, help="One line per file changed (lines added and removed), not the diff.")
+@choice_options
+@json_option
+def plan_cmd(
+    paths: tuple[Path, ...],
+    installed: bool,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    allow_untested: bool,
+    no_diff: bool,
+    stat: bool,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
+    as_json: bool,
+) -> None:
+    """Dry run: each recipe's status on PATH and the unified diff it would write.
+
+    PATH may be given twice: an SGLang tree and the FlashInfer it runs on (or one
+    site-packages holding both). FlashInfer recipes are planned first, and the SGLang
+    recipes' probes judge FlashInfer as those recipes would leave it.
+
+    Nothing is written. The diff applies with `git apply` from the tree's root. A
+    recipe whose kernels the probe cannot find for the GPU shows as `blocked`; an
+    applied one whose kernels are gone from the FlashInfer now in front of it, `stale`
+    (exit 1, with the rollback command).
+    """
+    from sm120patch.engine.pipeline import plan_many
+
+    recipes = common.load_recipes(recipe_dir)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
+    archs, arch_note = resolve_archs(arch)
+    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    plans = plan_many(targets, recipes, run, exclude=exclude)
+    if arch_note != "--arch" and not as_json:
+        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
+    killed = common.interrupted(targets)
+    if killed and not as_json:
+        click.echo(killed, err=True)
+    code = report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked, stat=stat,
+                  extra={"interrupted": killed} if killed else None)  # fmt: skip
+    sys.exit(EXIT_FAILED if killed else code)
+
+
+@click.command("apply")
+@target_options
+@arch_option
+@probe_options("spec")
+@recipes_option
+@click.option("--recipe", "only", multiple=True, metavar="ID", help="Apply only this recipe (repeatable).")
+@click.option("--force", is_flag=True, help="Apply over uncommitted changes in a git target.")
+@click.option("--commit", is_flag=True, help="On a git target, commit each recipe on branch sm120patch/<arch>.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for another run on the same tree to finish.",
+)
+@click.option(
+    "--allow-untested",
+    is_flag=True,
+    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
+)
+@click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
+@bundle_option(
+    "Apply this bundle (`sm120patch export -o DIR`) instead of the catalogue: its patches, byte for byte, "
+    "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
+    "its releases or bytes are not the bundle's."
+)
+@choice_options
+@json_option
+def apply_cmd(
+    paths: tuple[Path, ...],
+    installed: bool,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    only: tuple[str, ...],
+    force: bool,
+    commit: bool,
+    wait_s: float,
+    allow_untested: bool,
+    no_diff: bool,
+    bundle_dir: Path | None,
+    exclude: tuple[str, ...],
+    ok_blocked: bool,
+    as_json: bool,
+) -> None:
+    """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
+    journal, then write. With an SGLang tree and a FlashInfer tree (two PATHs, or one
+    site-packages), FlashInfer goes first and the SGLang probes judge it patched.
+
+    A recipe whose probe does not find its kernels for every GPU arch is never written
+    (`blocked`, exit 1). The journal (.sm120patch/ at the tree's root) records the
+    original bytes and what each proof stood on, so `sm120patch rollback PATH` restores
+    the bytes even after a crash or a kill, and a later run notices when the FlashInfer
+    under an applied recipe changed: it probes again and rolls back what lost its
+    kernels (`reverted`, exit 1).
+
+    With --bundle DIR, the edits are the bundle's patches (an image build: `sm120patch
+    apply --bundle DIR --arch sm_120`, no GPU needed); `rollback` and `status` work as after
+    any apply.
+    """
+    from sm120patch.engine.pipeline import apply_many
+
+    if bundle_dir is not None:
+        if only or recipe_dir or allow_untested or package or exclude:
+            raise UserError(
+                "--bundle applies the bundle's own recipes: leave out --recipe, --exclude, --recipes, --package, "
+                "--allow-untested"
+            )
+        if installed and paths:
+            raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
+        code = apply_bundle(
+            bundle_dir, paths, arch, level, flashinfer, python,
+            force=force, commit=commit, wait_s=wait_s, show_diff=not no_diff, as_json=as_json,
+        )  # fmt: skip
+        sys.exit(code)
+
+    recipes = common.load_recipes(recipe_dir)
+    check_ids(recipes, "--recipe", only)
+    check_ids(recipes, "--exclude", exclude)
+    targets = targets_for(paths, installed, package, python)
+    archs, arch_note = resolve_archs(arch)
+    if arch_note != "--arch" and not as_json:
+        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
+    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    plans = apply_many(
+        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=exclude
+    )
+    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked))
+
+
+@click.command("rollback")
+@target_options
+@click.option("--recipe", "ids", multiple=True, metavar="ID", help="Roll back only this recipe (repeatable).")
+@click.option("--force", is_flag=True, help="Restore even files edited since apply (your version is kept).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for another run on the same tree to finish.",
+)
+@recipes_option
+@click.option("--python", "python", metavar="EXE", help="With --installed: the packages this interpreter imports.")
+@json_option
+def rollback_cmd(
+    paths: tuple[Path, ...],
+    installed: bool,
+    package: str | None,
+    ids: tuple[str, ...],
+    force: bool,
+    wait_s: float,
+    recipe_dir: Path | None,
+    python: str | None,
+    as_json: bool,
+) -> None:
+    """Restore the original bytes of every file sm120patch changed (or only --recipe ID's).
+
+    Also finishes an apply that was killed midway, returning those files to their
+    state before it. Refuses to overwrite a file you edited after apply unless --force.
+    Rolling back a FlashInfer recipe first rolls back the SGLang recipes that were
+    proven on it (in any tree, one site-packages too), and says so; SGLang trees go
+    before FlashInfer ones.
+
+    What pip changed since apply is seen, not fought: a recipe whose files pip put back
+    at the release's bytes is `replaced-by-pip`, one applied to another version of the
+    package `other-release`; both are retired (the journal only) and their recorded
+    bytes are never written, not even with --force. Ctrl-C puts back what was written.
+    """
+    from sm120patch.engine.pipeline import rollback_many
+
+    recipes = common.load_recipes(recipe_dir)
+    targets = targets_for(paths, installed, package, python)
+    results = rollback_many(targets, recipes, ids=ids or None, force=force, wait_s=wait_s)
+    if as_json:
+        emit_json({"targets": results})
+        return
+    for r in results:
+        t = r["target"]
+        if r.get("because"):
+            click.echo(f"{t['package']} at {t['root']}: rolled back too, {r['because']}")
+        for x in r.get("retired", []):
+            click.echo(f"{t['package']} at {t['root']}: {x['state']:<15} {x['id']}: {x['why']}")
+        if not r["rolled_back"] and not r["recovered"] and not r.get("retired"):
+            click.echo(f"{t['package']} at {t['root']}: nothing to roll back")
+            continue
+        if r["recovered"]:
+            click.echo(
+                f"{t['package']} at {t['root']}: finished an interrupted run, restored {', '.join(r['recovered'])}"
+            )
+        for rid in r["rolled_back"]:
+            click.echo(f"  rolled back     {rid}")
+        for c in r["kept_copies"]:
+            click.echo(f"  your edited version was kept at {c}")
+        if r["remaining"]:
+            click.echo(f"  still applied:  {', '.join(r['remaining'])}")
+
+
+@click.command("status")
+@target_options
+@arch_option
+@probe_options("static")
+@recipes_option
+@json_option
+def status_cmd(
+    paths: tuple[Path, ...],
+    installed: bool,
+    package: str | None,
+    arch: tuple[str, ...],
+    level: str,
+    flashinfer: Path | None,
+    python: str | None,
+    recipe_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """What sm120patch has applied to PATH, which files changed since, and whether each
+    recipe's proof still holds for the FlashInfer in front of it (default: the one it was
+    proven against; --flashinfer/--python to name another).
+
+    Exit 1 when a file changed since apply, an apply was interrupted, or a recipe is
+    stale (its kernels are gone: the line gives the rollback command).
+    """
+    from sm120patch.engine import tree as engine
+
+    targets = targets_for(paths, installed, package, python)
+    recipes = common.load_recipes(recipe_dir)
+    archs = _status_archs(targets, arch)
+    probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
+    results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
+    from sm120patch.verify import record  # verify's verdicts, kept beside the journal (no httpx)
+
+    for t, r in zip(targets, results, strict=True):
+        r["verify"] = record.read(t.root)
+    bad = any(
+        r["interrupted"]
+        or r["stale"]
+        or r["retire"]
+        or r["damaged"]
+        or r["legacy"]
+        or any(f["state"] != "as-applied" for f in r["files"])
+        for r in results
+    )
+    if as_json:
+        emit_json({"targets": results})
+        sys.exit(EXIT_FAILED if bad else EXIT_OK)
+    for r in results:
+        t = r["target"]
+        click.echo(f"{t['package']} {t['version']} at {t['root']}")
+        if r["interrupted"]:
+            click.echo(
+                f"  an apply was interrupted while writing {', '.join(r['interrupted'])}: "
+                f"run `{rollback_command(t['root'])}`"
+            )
+        if r["damaged"]:
+            click.echo(f"  DAMAGED JOURNAL: {r['damaged']}")
+        if r["legacy"]:
+            click.echo(f"  note: {r['legacy']}")
+        if not r["applied"]:
+            click.echo("  nothing applied")
+        for a in r["applied"]:
+            check = a.get("recheck") or {}
+            word = "STALE   " if check.get("holds") is False else "applied "
+            if a.get("state", "applied") != "applied":
+                word = a["state"]
+            click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
+            if a.get("why"):
+                click.echo(f"           {a['why']}: `{apply_command(t['root'])}` plans this release afresh")
+            if check.get("reason"):
+                click.echo(f"           {check['reason']}")
+            if a.get("rollback"):
+                click.echo(f"           run `{a['rollback']}` before the next server start")
+        for f in r["files"]:
+            mark = "" if f["state"] == "as-applied" else f"  <- {f['state']}"
+            click.echo(f"    {f['path']}{mark}")
+        for line in record.status_lines(r["verify"], [a["id"] for a in r["applied"]]):
+            click.echo(f"  {line}")
+    sys.exit(EXIT_FAILED if bad else EXIT_OK)
+
+
+def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arch]:
+    """--arch, else the archs the applied recipes were proven for (a status check re-asks the
+    same question of the FlashInfer now present)."""
+    from sm120patch.arch import parse_arch
+    from sm120patch.engine.journal import Journal
+
+    if given:
+        return resolve_archs(given)[0]
+    names = {n for t in targets for a in Journal.open(t.root).entries(t.package) for n in a.archs}
+    return sorted({parse_arch(n) for n in names})
+
+
+@click.command("clone")
+@click.argument("source", metavar="URL[@REF]")
+@click.argument("dest", type=click.Path(path_type=Path))
+@json_option
+def clone_cmd(source: str, dest: Path, as_json: bool) -> None:
+    """Make a fresh clone to patch: `sm120patch clone https://github.com/sgl-project/sglang@v0.5.9 sglang`."""
+    from sm120patch.engine.gitops import clone
+
+    info = clone(source, dest)
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"cloned {info['url']} at {info['ref'] or 'default branch'} ({info['commit'][:12]}) into {dest}")
+        click.echo(f"next: sm120patch plan {dest}")

@@ -1,0 +1,538 @@
+"""Several targets in one run: an SGLang tree and the FlashInfer it runs on.
+
+SGLang pins FlashInfer exactly, so opening an SGLang gate can need a FlashInfer recipe
+first (the SM12x allreduce kernels backported to the FlashInfer a release pins). Order is
+what makes that safe:
+
+- plan and apply FlashInfer targets first; every FlashInfer recipe is probed on an overlay
+  of the patched sources (`overlay.py`) before a byte is written, and the SGLang recipes'
+  probes then judge that patched FlashInfer (the overlay in a dry run, the real tree once
+  written);
+- write FlashInfer, then SGLang; roll back SGLang, then FlashInfer. A kill at any moment
+  leaves one of: nothing, FlashInfer patched (harmless alone: it only adds SM12x kernels),
+  or both; never an SGLang gate open over a FlashInfer without its kernels;
+- an SGLang recipe proven on a FlashInfer recipe is recorded as its dependent; rolling the
+  FlashInfer recipe back rolls the dependent back first, and says so. A dependency this run
+  did not record (the trees were patched in separate runs) is still caught: the SGLang
+  recipe's proof no longer holds, so it is `stale` everywhere it is checked.
+
+One journal per tree root: when both packages sit in one site-packages they share it (one
+lock). Every layout (one tree, a pair, one site-packages holding both; `engine.apply` and
+`engine.rollback` too) runs the one pipeline below, so no layout skips a rule: what pip
+changed is retired first (`pipstate`), the dependents rule holds wherever the trees are, and
+a command is one transaction over every journal it touches: an error (exit 2) or Ctrl-C puts
+back every byte it wrote in every target before it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sm120patch.arch import Arch
+from sm120patch.catalogue.recipes import Recipe
+from sm120patch.engine import tree as engine
+from sm120patch.engine.journal import Applied, Dependent, Journal
+from sm120patch.engine.pipstate import Retired, retire
+from sm120patch.errors import UserError
+from sm120patch.hints import rollback_command
+from sm120patch.planning.plan import APPLICABLE, APPLIED, EXCLUDED, REVERTED, RecipePlan, plan
+from sm120patch.planning.targets import Target
+from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
+from sm120patch.probes.environment.overlay import overlay
+
+MakeProbe = Callable[[Sequence[Arch], Any, str], "engine.Probe | None"]
+
+
+@dataclass
+class Run:
+    """What every target of one command shares."""
+
+    archs: list[Arch]
+    fi: FlashInferEnv | None  # the FlashInfer the probes judge before any FlashInfer recipe
+    level: str
+    make_probe: MakeProbe
+    allow_untested: bool = False
+    fixed: bool = False  # make_probe ignores the FlashInfer it is given (a caller's own probe)
+    exclude: frozenset[str] = frozenset()  # --exclude: recipes never probed nor written (export reads it here)
+
+    def probe(self, fi: FlashInferEnv | None) -> engine.Probe | None:
+        return self.make_probe(self.archs, fi, self.level)
+
+    @classmethod
+    def with_probe(cls, archs: Sequence[Arch], probe: engine.Probe | None, allow_untested: bool = False) -> Run:
+        """A run whose probe is given (engine.apply's callers): no FlashInfer is resolved or mirrored."""
+        return cls(list(archs), None, "given", lambda a, f, lv: probe, allow_untested, fixed=True)
+
+
+def ordered(targets: Sequence[Target]) -> list[Target]:
+    """FlashInfer targets first: their recipes change what the SGLang recipes' probes see."""
+    return sorted(targets, key=lambda t: t.package != "flashinfer")
+
+
+def _package_changes(t: Target, plans: Sequence[RecipePlan]) -> dict[str, bytes]:
+    """The bytes the planned recipes leave, by path inside the package (the last writer wins)."""
+    out: dict[str, bytes] = {}
+    for p in plans:
+        for rel, (_, after) in p.changes.items():
+            out[(t.root / rel).relative_to(t.package_dir).as_posix()] = after
+    return out
+
+
+def _fi_of(t: Target, run: Run) -> FlashInferEnv | None:
+    if run.fixed:
+        return None
+    return from_tree(t.package_dir, python=run.fi.python if run.fi else None)
+
+
+def _relocate(proofs: dict[str, Any], real: FlashInferEnv | None) -> None:
+    """Proofs made on an overlay stand for the real tree once written: record the real place."""
+    if real is None:
+        return
+    for proof in proofs.values():
+        for v in proof.verdicts:
+            where = (v.get("evidence") or {}).get("flashinfer")
+            if where:
+                where["location"] = real.location
+
+
+@dataclass
+class Choice:
+    """Which recipes a command may write: `--recipe` (only these) and `--exclude` (never these)."""
+
+    only: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, only: Sequence[str] | None = None, exclude: Sequence[str] | None = None) -> Choice:
+        return cls(frozenset(only or ()), frozenset(exclude or ()))
+
+    def wants(self, recipe_id: str) -> bool:
+        return (not self.only or recipe_id in self.only) and recipe_id not in self.exclude
+
+
+def plan_target(
+    t: Target,
+    recipes: Sequence[Recipe],
+    run: Run,
+    journal: Journal,
+    fi_new: FlashInferEnv | None,
+    choice: Choice = Choice(),  # noqa: B008 - frozen
+    fi_now: FlashInferEnv | None = None,
+) -> tuple[list[RecipePlan], FlashInferEnv | None, dict[str, Any]]:
+    """One target's plan, the same for every layout and every command. New recipes are probed on
+    FlashInfer as it will be: a FlashInfer target's own recipes on an overlay of the sources they
+    leave, an SGLang target's on `fi_new` (the FlashInfer the FlashInfer recipes of this run leave);
+    applied ones (stale or not) on the FlashInfer on disk now. Returns the plans, the FlashInfer
+    after them, and the proofs of the recipes that may be written."""
+    is_fi = t.package == "flashinfer"
+    base = _fi_of(t, run) if is_fi else fi_new
+    applied = engine.applied_reasons(journal, t)
+    plans = plan(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
+    if choice.only or choice.exclude:
+        # plan the chosen ones on their own, so their before-bytes are the tree's and not another
+        # recipe's output; the others are still reported
+        ids = {p.recipe.id for p in plans if choice.wants(p.recipe.id)}
+        plans = engine.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested)
+        for p in plans:
+            if p.recipe.id in choice.exclude and p.status != APPLIED:
+                p.status, p.reason = EXCLUDED, f"excluded (--exclude): {p.reason}"
+    todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+    after = base
+    proofs: dict[str, Any] = {}
+    if todo:
+        if is_fi and not run.fixed and run.level != "none":
+            after = overlay(base, _package_changes(t, todo))
+        proofs = engine.block_failing(todo, run.probe(after))
+        keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
+        if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
+            plans = engine.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested)
+            if is_fi and not run.fixed and run.level != "none":
+                after = overlay(base, _package_changes(t, [p for p in plans if p.recipe.id in keep]))
+    engine.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
+    return plans, after, proofs
+
+
+def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
+    """A FlashInfer recipe only counts once FlashInfer compiles the patched sources: name any
+    compiled copy of the module it would load instead (an AOT module, a JIT build that never
+    rebuilds), with the fix, in the recipe's reason (`probes/environment/compiled_cache.py` says why each one shadows)."""
+    from sm120patch.catalogue.kernels import load_kernels
+    from sm120patch.probes.environment.compiled_cache import cached_builds
+
+    kernels = load_kernels()
+    for p in plans:
+        if p.status not in (APPLICABLE, "applied"):
+            continue
+        patched = [t.root / rel for rel in p.files]
+        for need in p.recipe.needs:
+            for module in kernels[need].jit_modules if need in kernels else ():
+                for b in cached_builds(t.package_dir, module, patched):
+                    if b.shadows:
+                        p.reason += (
+                            f"; WARNING: {b.path} would be used instead of the patched sources: {b.why}; {b.fix}"
+                        )
+
+
+def _note_obsolete(journal: Journal, t: Target, plans: Sequence[RecipePlan]) -> None:
+    """Say, on each recipe pip made obsolete, what pip did (a dry run reports; apply retires)."""
+    from sm120patch.engine.pipstate import obsolete
+
+    said = {r.id: r for r in obsolete(journal, t)}
+    for p in plans:
+        if p.recipe.id in said:
+            p.reason += f" [{said[p.recipe.id].state}: {said[p.recipe.id].why}]"
+
+
+def plan_many(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    run: Run,
+    *,
+    only: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+) -> list[RecipePlan]:
+    """The dry run over every target, in order; nothing is written. Exactly what `apply_many`
+    would do, up to the writes (the same `plan_target`)."""
+    fi = now = run.fi
+    choice = Choice.of(only, [*(exclude or ()), *run.exclude])
+    out: list[RecipePlan] = []
+    for t in ordered(targets):
+        journal = Journal.open(t.root)
+        plans, after, _ = plan_target(t, recipes, run, journal, fi, choice, now)
+        if t.package == "flashinfer":
+            fi, now = after, _fi_of(t, run) or now
+            note_shadowing_builds(t, plans)
+        _note_obsolete(journal, t, plans)
+        out += plans
+    return out
+
+
+@contextlib.contextmanager
+def _locked(roots: Sequence[Path], wait_s: float):  # noqa: ANN202
+    """Every tree's journal, locked in one order (sorted roots) so two runs never deadlock."""
+    journals: dict[Path, Journal] = {}
+    with contextlib.ExitStack() as stack:
+        for root in sorted(set(roots)):
+            j = Journal.open(root)
+            stack.enter_context(j.lock(wait_s))
+            j.recovered = j.recover()
+            journals[root] = j
+        yield journals
+        for j in journals.values():  # a command that leaves nothing applied leaves no journal
+            j.remove_if_empty()
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a command's writes, after every file it wrote was put back (or not: `undo`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@contextlib.contextmanager
+def all_or_nothing(journals: Sequence[Journal]):  # noqa: ANN201
+    """One transaction over every journal a command touches. On any error or Ctrl-C, every byte
+    written in every target is put back before the exception goes on (a second Ctrl-C waits:
+    SIGINT is held while undoing). Journals commit in the order given: apply passes FlashInfer's
+    first, rollback SGLang's first, so a kill between two commits leaves FlashInfer patched under
+    an SGLang gate that is shut or proven on it, never the other way round."""
+    import signal
+
+    for j in journals:
+        j.begin()
+    try:
+        yield
+    except BaseException as e:
+        held = _hold_sigint(signal)
+        failed: list[str] = []
+        try:
+            for j in reversed(journals):
+                try:
+                    j.abandon()
+                    j.remove_if_empty()
+                except (OSError, UserError):
+                    failed.append(str(j.root))
+        finally:
+            _release_sigint(signal, held)
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted):
+            if failed:
+                raise Interrupted(
+                    f"interrupted while writing; undo not finished: run `{rollback_command(failed[0])}`"
+                ) from None
+            raise Interrupted("interrupted; every file this run had written was put back") from None
+        raise
+    for j in journals:
+        j.commit()
+
+
+def _hold_sigint(signal: Any) -> Any:
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _release_sigint(signal: Any, held: Any) -> None:
+    if held is not None:
+        signal.signal(signal.SIGINT, held)
+
+
+def _journal_order(journals: dict[Path, Journal], targets: Sequence[Target]) -> list[Journal]:
+    """Journals in commit order: those of FlashInfer targets first (a kill between two commits
+    leaves FlashInfer patched, harmless alone; never an SGLang gate over an unpatched one)."""
+    out: list[Journal] = []
+    for t in ordered(targets):
+        if journals[t.root] not in out:
+            out.append(journals[t.root])
+    return out
+
+
+def _retire_all(journals: dict[Path, Journal], targets: Sequence[Target]) -> dict[str, Retired]:
+    return {r.id: r for t in ordered(targets) for r in retire(journals[t.root], t)}
+
+
+def apply_many(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    run: Run,
+    *,
+    force: bool = False,
+    commit: bool = False,
+    wait_s: float = 0.0,
+    only: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+) -> list[RecipePlan]:
+    """apply over every target in order: FlashInfer probed on its overlay and written first,
+    then SGLang probed on the FlashInfer now on disk; all of it one transaction."""
+    fi = run.fi
+    choice = Choice.of(only, [*(exclude or ()), *run.exclude])
+    out: list[RecipePlan] = []
+    fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
+    roots = [t.root for t in targets]
+    if commit:  # before a byte is written: a commit that cannot be made must not leave files changed
+        from sm120patch.engine.gitops import identity_problem
+
+        for t in [t for t in targets if t.is_git]:
+            problem = identity_problem(t.root)
+            if problem:
+                raise UserError(problem)
+    with _locked(roots, wait_s) as journals:
+        retired = _retire_all(journals, targets)
+        with all_or_nothing(_journal_order(journals, targets)):
+            gone: dict[Path, dict[str, str]] = {}
+            for t in [t for t in targets if t.package == "flashinfer"]:
+                mine = [r.entry for r in retired.values() if r.package == "flashinfer" and r.root == t.root]
+                why = f"proven on FlashInfer recipes pip replaced in {t.root}"
+                _take_back_dependents(journals, targets, recipes, t, mine, why, gone)
+            for t in ordered(targets):
+                journal = journals[t.root]
+                now = _fi_of(t, run) if t.package == "flashinfer" else fi
+                before = {a["id"]: a for a in journal.applied}
+                stale = engine.take_back_stale(journal, t, recipes, run.archs, run.probe(now))
+                if t.package == "flashinfer" and stale:
+                    why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
+                    _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone)
+                stale.update(gone.get(t.root, {}) if t.package == "sglang" else {})
+                plans, _, proofs = plan_target(t, recipes, run, journal, fi, choice, fi)
+                if t.package == "flashinfer":
+                    _relocate(proofs, _fi_of(t, run))
+                todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+                engine.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
+                if t.package == "flashinfer":
+                    note_shadowing_builds(t, plans)
+                    fi = _fi_of(t, run) or fi  # now patched on disk: what the SGLang probes judge
+                    if fi is not None:
+                        ids = [a["id"] for a in journal.applied if a.get("package") == t.package]
+                        fi_recipes[fi.location] = (t, ids)
+                else:
+                    _record_dependents(journals, t, plans, fi_recipes)
+                for p in plans:
+                    if p.recipe.id in stale and p.status != APPLIED:
+                        p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
+                    elif p.recipe.id in stale:
+                        p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
+                    elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:
+                        r = retired[p.recipe.id]
+                        p.reason += f" [{r.state}: {r.why}]"
+                out += plans
+    return out
+
+
+def _take_back_dependents(
+    journals: dict[Path, Journal],
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    fi_target: Target,
+    entries: Sequence[dict[str, Any]],
+    why: str,
+    gone: dict[Path, dict[str, str]],
+) -> None:
+    """The SGLang recipes standing on FlashInfer recipes that are gone (pip replaced them, or they
+    went stale) are rolled back now, whatever the probe level: a gate must not stay open over a
+    FlashInfer without its kernels."""
+    if not entries:
+        return
+    for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
+        engine.rollback_locked(journals[sg.root], sg, recipes, None, ids, force=False)
+        gone.setdefault(sg.root, {}).update({i: why for i in ids})
+
+
+def _record_dependents(
+    journals: dict[Path, Journal],
+    t: Target,
+    plans: Sequence[RecipePlan],
+    fi_recipes: dict[str, tuple[Target, list[str]]],
+) -> None:
+    """Note, in the FlashInfer journal, each SGLang recipe whose proof read files a FlashInfer recipe
+    of this run changed: it stands on that recipe, and goes when it goes."""
+    done = {p.recipe.id for p in plans if p.status == APPLIED}
+    for entry in [e for e in journals[t.root].entries(t.package) if e.id in done]:
+        for v in entry.verdicts:
+            where = ((v.get("evidence") or {}).get("flashinfer") or {}).get("location")
+            if where not in fi_recipes:
+                continue
+            fi_target, ids = fi_recipes[where]
+            fi_journal = journals[fi_target.root]
+            read = set((v.get("evidence") or {}).get("files") or {})
+            for a in fi_journal.entries("flashinfer"):
+                # a dependent read what the FlashInfer recipe changed (paths inside the package)
+                if a.id in ids and read & _changed_in_package(fi_target, a):
+                    a.add_dependent(Dependent(t.root, t.package, entry.id))
+            fi_journal.save()
+
+
+def _changed_in_package(fi_target: Target, entry: Applied) -> set[str]:
+    return {(fi_target.root / rel).relative_to(fi_target.package_dir).as_posix() for rel in entry.files}
+
+
+def _stands_on(entry: Applied, fi_target: Target, changed: set[str]) -> bool:
+    """An SGLang entry whose recorded proof read, in this FlashInfer, files a FlashInfer recipe changed."""
+    for v in entry.verdicts:
+        ev = v.get("evidence") or {}
+        where = (ev.get("flashinfer") or {}).get("location")
+        if where and Path(where) == fi_target.package_dir and set(ev.get("files") or {}) & changed:
+            return True
+    return False
+
+
+def _dependents_of(
+    journals: dict[Path, Journal],
+    targets: Sequence[Target],
+    fi_target: Target,
+    entries: Sequence[dict[str, Any]],
+) -> dict[Target, list[str]]:
+    """The SGLang recipes standing on these FlashInfer journal entries, among the SGLang targets in
+    view: recorded as dependents at apply, or (trees patched in separate runs) whose proof read
+    files those recipes changed. The rule is the same for two trees and for one site-packages."""
+    typed = [Applied(a) for a in entries]
+    changed = set().union(*(_changed_in_package(fi_target, a) for a in typed)) if typed else set()
+    deps = {(d.root, d.id) for a in typed for d in a.dependents}
+    out: dict[Target, list[str]] = {}
+    for sg in [t for t in targets if t.package == "sglang" and t.root in journals]:
+        ids = [
+            a.id
+            for a in journals[sg.root].entries("sglang")
+            if (sg.root, a.id) in deps or _stands_on(a, fi_target, changed)
+        ]
+        if ids:
+            out[sg] = ids
+    return out
+
+
+def rollback_many(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    *,
+    ids: Sequence[str] | None = None,
+    force: bool = False,
+    wait_s: float = 0.0,
+    missing_ok: bool = False,
+) -> list[dict[str, Any]]:
+    """Roll back SGLang targets first, then FlashInfer ones (all recipes, or `ids` wherever they
+    are applied); a FlashInfer recipe's dependents (in any tree: recorded at apply, or found by
+    what their proof read) go before it, said so. What pip made obsolete is retired, not written.
+    `missing_ok`: ids applied nowhere are skipped instead of refused."""
+    named = {(t.root, t.package) for t in targets}
+    targets = _with_dependent_trees(list(targets))
+    results: dict[tuple[Path, str], dict[str, Any]] = {}
+    with _locked([t.root for t in targets], wait_s) as journals:
+        recovered = {root: j.recovered for root, j in journals.items()}
+        retired = {(t.root, t.package): retire(journals[t.root], t) for t in ordered(targets)}
+        if ids:
+            known = {a["id"] for j in journals.values() for a in j.applied}
+            known |= {r.id for rs in retired.values() for r in rs}
+            unknown = [i for i in ids if i not in known]
+            if unknown and not missing_ok:
+                where = ", ".join(str(t.root) for t in targets)
+                held = ", ".join(a["id"] for j in journals.values() for a in j.applied) or "none"
+                raise UserError(f"{', '.join(unknown)}: not applied here ({where}); applied: {held}")
+        drop: dict[tuple[Path, str], list[str]] = {}
+        because: dict[tuple[Path, str], str] = {}
+        for t in ordered(targets):
+            mine = [a["id"] for a in journals[t.root].applied if a.get("package", t.package) == t.package]
+            asked = (t.root, t.package) in named  # a tree found through a dependent: only the dependents
+            drop[(t.root, t.package)] = [i for i in mine if asked and (not ids or i in ids)]
+        for t in [t for t in targets if t.package == "flashinfer"]:
+            key = (t.root, t.package)
+            entries = [a for a in journals[t.root].applied if a.get("package") == "flashinfer" and a["id"] in drop[key]]
+            entries += [r.entry for r in retired[key] if not ids or r.id in ids]
+            for sg, dep_ids in _dependents_of(journals, targets, t, entries).items():
+                sk = (sg.root, sg.package)
+                extra = [i for i in dep_ids if i not in drop[sk]]
+                if extra:
+                    drop[sk] += extra
+                    because[sk] = f"proven on FlashInfer recipes at {t.root}"
+        with all_or_nothing(_journal_order(journals, targets)[::-1]):
+            for t in reversed(ordered(targets)):
+                key = (t.root, t.package)
+                r: dict[str, Any] = {"rolled_back": [], "kept_copies": [], "remaining": [], "files": []}
+                if drop[key]:
+                    r = engine.rollback_locked(journals[t.root], t, recipes, None, drop[key], force=force)
+                else:
+                    r["remaining"] = [
+                        a["id"] for a in journals[t.root].applied if a.get("package", t.package) == t.package
+                    ]
+                r["recovered"] = [rel for rel in recovered.get(t.root, []) if _in_package(t, rel)]
+                r["retired"] = [x.to_dict() for x in retired[key]]
+                results[key] = {"target": t.to_dict(), **r}
+                if key in because:
+                    results[key]["because"] = because[key]
+    order = [(t.root, t.package) for t in reversed(ordered(targets))]
+    return [results[k] for k in order if k in named or results[k]["rolled_back"]]
+
+
+def _in_package(t: Target, rel: str) -> bool:
+    return (t.root / rel).is_relative_to(t.package_dir)
+
+
+def _with_dependent_trees(targets: list[Target]) -> list[Target]:
+    """The targets named, plus the SGLang trees the FlashInfer journals name as dependents' homes."""
+    from sm120patch.planning.targets import discover
+
+    out = list(targets)
+    seen = {(t.root, t.package) for t in targets}
+    for t in [t for t in targets if t.package == "flashinfer"]:
+        try:
+            applied = Journal.open(t.root).applied
+        except UserError:
+            continue
+        for a in applied:
+            for d in a.get("dependents") or []:
+                root = Path(d["root"])
+                if (root, "sglang") in seen or not root.is_dir():
+                    continue
+                try:
+                    found = discover(root, "sglang")
+                except UserError:
+                    continue
+                for sg in found:
+                    if (sg.root, sg.package) not in seen:
+                        seen.add((sg.root, sg.package))
+                        out.append(sg)
+    return out

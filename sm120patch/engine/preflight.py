@@ -1,0 +1,249 @@
+"""Pre-flight: what will sm120patch do on this box? Machine, packages, and per recipe a verdict.
+
+Answers without writing anything and without importing torch or FlashInfer here:
+GPUs come from NVML/nvidia-smi (torch only in a subprocess), FlashInfer is located
+in a subprocess, and probe verdicts come from the cache when nothing they depend on changed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sm120patch.arch import Arch
+from sm120patch.catalogue.recipes import Recipe
+from sm120patch.engine.journal import Journal
+from sm120patch.engine.tree import Probe, applied_reasons, block_failing, mark_stale
+from sm120patch.planning.plan import (
+    APPLICABLE,
+    APPLIED,
+    BLOCKED,
+    NOT_APPLICABLE,
+    SATISFIED,
+    STALE,
+    UNTESTED,
+    RecipePlan,
+)
+from sm120patch.planning.plan_cache import plan_statuses
+from sm120patch.planning.targets import Target
+from sm120patch.probes.recipe_probe import make_probe
+from sm120patch.probes.rungs import rung_index
+
+_ADVICE = {
+    APPLICABLE: "run `sm120patch apply {root}`",
+    BLOCKED: "upgrade FlashInfer (see the probe reason), or leave this gate shut",
+    SATISFIED: "nothing to do: this release already opens the gate",
+    NOT_APPLICABLE: "nothing to do",
+    APPLIED: "applied; `sm120patch rollback {root} --recipe {id}` takes it back",
+    UNTESTED: "this release is newer than any the recipe was tested on: review the diff (`sm120patch plan`), "
+    "then `sm120patch apply {root} --allow-untested` if it is right",
+    STALE: "the kernels it needs are gone: run `sm120patch rollback {root} --recipe {id}` before the next start",
+}
+
+
+def preflight(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    arch_source: str,
+    fi: Any,
+    level: str,
+    with_torch: bool = True,
+    python: str | None = None,
+    census_sites: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """`census_sites`: site-packages to census ([]: --python's or the targets'); None (default): no census."""
+    from sm120patch.probes.environment.device import can_build_for, detect
+
+    machine = detect(list(archs) if arch_source == "--arch" else None, python=python, with_torch=with_torch)
+    probe = make_probe(archs, fi, level)
+    if probe is not None and getattr(fi, "found", False) and not any(t.package == "flashinfer" for t in targets):
+        from sm120patch.probes import ProbeCache, prefetch_spec
+
+        # every recipe's spec questions in one FlashInfer import per arch, not one per check
+        prefetch_spec([n for r in recipes for n in r.needs], archs, fi, level, ProbeCache())
+    if any(t.package == "flashinfer" for t in targets):
+        # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
+        from sm120patch.engine.pipeline import Run, plan_many
+
+        by_pkg = {t.package: t for t in targets}
+        planned = plan_many(targets, recipes, Run(list(archs), fi, level, make_probe))
+        pairs = [(by_pkg[p.recipe.package], p) for p in planned]
+    else:
+        pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
+    rows = []
+    stands_on = _stands_on(pairs)
+    for t, p in pairs:
+        verdicts = p.probe
+        rows.append(
+            {
+                "id": p.recipe.id,
+                "package": p.recipe.package,
+                "status": p.status,
+                "reason": p.reason,
+                "probe": verdicts,
+                "rung": _rung(verdicts),
+                "advice": _ADVICE.get(p.status, "").format(root=shlex.quote(str(t.root)), id=shlex.quote(p.recipe.id))
+                + (
+                    f" (it stands on {', '.join(stands_on[p.recipe.id])}, which that apply writes first)"
+                    if p.status == APPLICABLE and p.recipe.id in stands_on
+                    else ""
+                ),
+                "needs_recipes": stands_on.get(p.recipe.id, []),
+            }
+        )
+    builds = {
+        a.name: dict(zip(("ok", "why"), can_build_for(machine.cuda, a, family=a.major == 12), strict=True))
+        for a in archs
+    }
+    report: dict[str, Any] = {
+        "machine": machine.to_dict(),
+        "archs": [a.name for a in archs],
+        "arch_source": arch_source,
+        "can_build": builds,
+        "targets": [t.to_dict() for t in targets],
+        "flashinfer": fi.to_dict() if hasattr(fi, "to_dict") else None,
+        "probe_level": level,
+        "recipes": rows,
+    }
+    if not any(t.package == "flashinfer" for t in targets):
+        _note_backport(rows, targets, recipes, archs, fi, level)
+    if census_sites is not None:  # compiled code in the environment vs these GPUs (sm120patch/census/)
+        from sm120patch.census import for_preflight
+
+        dirs = [t.package_dir for t in targets]
+        report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
+        _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
+    return report
+
+
+def _note_backport(
+    rows: list[dict[str, Any]],
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    fi: Any,
+    level: str,
+) -> None:
+    """A FlashInfer given by --flashinfer (or beside the tree) is not a target, so its recipes are not
+    planned: ask what `apply SGLANG FLASHINFER` would do, and where a blocked SGLang gate opens with
+    the FlashInfer backport, say so with that command (the answer apply itself would give)."""
+    blocked = [r for r in rows if r["status"] == BLOCKED and r["package"] == "sglang"]
+    if not blocked or not getattr(fi, "found", False) or not any(r.package == "flashinfer" for r in recipes):
+        return
+    from sm120patch.engine.pipeline import Run, plan_many
+    from sm120patch.errors import UserError
+    from sm120patch.hints import apply_command
+    from sm120patch.planning.targets import discover
+
+    try:
+        fi_targets = discover(Path(fi.location), "flashinfer")
+    except UserError:
+        return  # not a tree sm120patch can patch (no version, say): nothing to advise
+    both = [*fi_targets, *targets]
+    planned = {p.recipe.id: p for p in plan_many(both, recipes, Run(list(archs), fi, level, make_probe))}
+    fixes = [i for i, p in planned.items() if p.recipe.package == "flashinfer" and p.status == APPLICABLE]
+    for r in blocked:
+        if fixes and (p := planned.get(r["id"])) is not None and p.status == APPLICABLE:
+            cmd = apply_command(*dict.fromkeys(t.root for t in [*targets, *fi_targets]))
+            r["advice"] = (
+                f"opens with the FlashInfer backport ({', '.join(fixes)}): run `{cmd}` (FlashInfer first, "
+                "each probed), or upgrade FlashInfer"
+            )
+            r["needs_recipes"] = fixes
+
+
+def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:
+    """A recipe whose kernels live in a package that has no image for a GPU says so (row["census"])."""
+    from sm120patch.census.verdicts import recipe_notes
+
+    for rid, lines in recipe_notes(census, needs).items():
+        for r in rows:
+            if r["id"] == rid:
+                r["census"] = lines
+
+
+def _stands_on(pairs: Sequence[tuple[Target, RecipePlan]]) -> dict[str, list[str]]:
+    """SGLang recipes whose probe read files a planned FlashInfer recipe changes: {id: those recipes}.
+    The advice names them: `apply` opens the SGLang gate only together with that backport."""
+    fi_changes: dict[str, set[str]] = {}
+    for t, p in pairs:
+        if p.recipe.package == "flashinfer" and p.status == APPLICABLE:
+            fi_changes[p.recipe.id] = {(t.root / rel).relative_to(t.package_dir).as_posix() for rel in p.files}
+    out: dict[str, list[str]] = {}
+    for _, p in pairs:
+        if p.recipe.package != "sglang":
+            continue
+        read = {f for v in p.probe for f in ((v.get("evidence") or {}).get("files") or {})}  # type: ignore[union-attr]
+        hits = [i for i, changed in fi_changes.items() if read & changed]
+        if hits:
+            out[p.recipe.id] = hits
+    return out
+
+
+def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
+    """`engine.make_plan`, with the statuses from the plan-result cache (`plan_statuses`)
+    when the tree, the recipes and this tool are as they were: a warm pre-flight parses nothing."""
+    journal = Journal.open(t.root)
+    plans = plan_statuses(t, recipes, archs, applied=applied_reasons(journal, t))
+    block_failing(plans, probe)
+    mark_stale(plans, journal, t, probe)
+    return plans
+
+
+def _rung(verdicts: Sequence[dict[str, Any]]) -> str:
+    """The weakest rung the recipe's verdicts reached (a recipe is as proven as its least proven need)."""
+    if not verdicts:
+        return "-"
+    return min((str(v.get("rung", "none")) for v in verdicts), key=rung_index)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human table."""
+    m = report["machine"]
+    out = []
+    gpus = m["gpus"] or []
+    if gpus:
+        for g in gpus:
+            out.append(f"GPU {g['index']}: {g['name']} ({g['arch']}, from {g['source']})")
+    else:
+        out.append("GPU: none detected")
+    for note in m.get("notes", []):
+        out.append(f"  note: {note}")
+    out.append(f"planning for: {', '.join(report['archs'])} ({report['arch_source']})")
+    out.append(f"driver: {m.get('driver') or '-'}")
+    cuda = m["cuda"]
+    out.append(f"CUDA toolkit: {cuda.get('version') or 'not found'} {cuda.get('home') or ''}".rstrip())
+    for arch, b in report["can_build"].items():
+        out.append(f"  build for {arch}: {'yes' if b['ok'] else 'no'} ({b['why']})")
+    t = m.get("torch")
+    if t:
+        out.append(
+            f"torch: {t.get('version') or 'not importable'} (CUDA {t.get('cuda') or '-'}; "
+            f"archs {' '.join(t.get('arch_list') or []) or '-'})" + (f" [{t['error']}]" if t.get("error") else "")
+        )
+    for tgt in report["targets"]:
+        out.append(f"{tgt['package']}: {tgt['version']} at {tgt['root']}")
+    fi = report.get("flashinfer") or {}
+    if fi.get("package_dir"):
+        out.append(f"flashinfer: {fi.get('version')} at {fi.get('package_dir')}")
+        for k, v in (fi.get("dist_versions") or {}).items():
+            out.append(f"  {k} {v}")
+    else:
+        out.append(f"flashinfer: not found ({fi.get('error') or 'pass --flashinfer PATH'})")
+    out.append(f"probe level: {report['probe_level']}")
+    out.append("")
+    width = max((len(r["id"]) for r in report["recipes"]), default=10)
+    out.append(f"{'recipe':<{width}}  {'status':<14} {'rung':<8} what to do")
+    for r in report["recipes"]:
+        out.append(f"{r['id']:<{width}}  {r['status']:<14} {r['rung']:<8} {r['advice']}")
+        out.append(f"{'':<{width}}  {r['reason']}")
+        for line in r.get("census", []):
+            out.append(f"{'':<{width}}  census: {line}")
+    if report.get("census"):
+        from sm120patch.census.render import render_lines
+
+        out += ["", *render_lines(report["census"])]
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""What the probes look at: the GPUs, the FlashInfer that will run, ELF images, compiled caches, the overlay."""
