@@ -159,7 +159,7 @@ def plan_target(
 def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
     """A FlashInfer recipe only counts once FlashInfer compiles the patched sources: name any
     compiled copy of the module it would load instead (an AOT module, a JIT build that never
-    rebuilds), with the fix, in the recipe's reason (`probes/environment/compiled_cache.py` says why each one shadows)."""
+    rebuilds), with the fix, in the recipe's reason (`compiled_cache.py` says why each one shadows)."""
     from sm120patch.catalogue.kernels import load_kernels
     from sm120patch.probes.environment.compiled_cache import cached_builds
 
