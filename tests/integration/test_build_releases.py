@@ -213,7 +213,7 @@ def reduced_plan(version: str, tmp_path: Path) -> dict:
         "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws"),
         "CUDA_HOME": find_cuda().home or "/usr/local/cuda",
     }
-    checks = Path(__file__).resolve().parents[2] / "sm120patch" / "probes" / "checks" / "moe_reduced.py"
+    checks = Path(__file__).resolve().parents[2] / "sm120patch" / "probes" / "run" / "checks" / "moe_reduced.py"
     r = subprocess.run(
         [str(spec_venv()), "-c", REDUCE, str(checks), str(tmp_path / "out")],
         capture_output=True,
