@@ -34,9 +34,10 @@ def _stamp(path: Path) -> list[int] | None:
 
 
 def _tool_stamp() -> list[object]:
-    """This sm120patch's own code: a new version or an edited transform invalidates the cache."""
-    here = Path(__file__).resolve().parent  # sm120patch/
-    return [[p.name, _stamp(p)] for d in (here, here / "transforms") for p in sorted(d.glob("*.py"))]
+    """This sm120patch's own code, every module of the package: a new version or an edited module
+    (a transform, the planner, the catalogue reader) invalidates the cache."""
+    package = Path(__file__).resolve().parent.parent  # sm120patch/ (this module is sm120patch/planning/)
+    return [[p.relative_to(package).as_posix(), _stamp(p)] for p in sorted(package.rglob("*.py"))]
 
 
 def _digest(path: Path) -> str | None:

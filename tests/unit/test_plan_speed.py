@@ -17,6 +17,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+import sm120patch
 from sm120patch.arch import parse_arch
 from sm120patch.catalogue.recipes import load_recipes
 from sm120patch.planning import plan as plan_mod
@@ -284,3 +285,14 @@ def test_an_optional_edit_looks_in_its_hinted_files_only(tree: Path) -> None:
     (p,) = [p for p in plan(target, load_recipes(), parse_arch("sm_120")) if p.recipe.id == ALLREDUCE]
     assert {e.name: e.outcome for e in p.edits}["backend-resolver"] == "missing"
     assert "sglang/srt/layers/comm_backends.py" not in p.files
+
+
+def test_the_cache_key_stamps_every_module_of_the_package() -> None:
+    """An edited planner, transform or catalogue reader must invalidate cached statuses, wherever the
+    module lives in the package (the layout move put plan_cache.py one folder down; the stamp then
+    covered planning/ alone)."""
+    package = Path(sm120patch.__file__).resolve().parent
+    stamped = {name for name, _ in plan_cache._tool_stamp()}
+    on_disk = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    assert stamped == on_disk
+    assert {"planning/plan.py", "transforms/base.py", "catalogue/recipes.py", "status.py"} <= stamped
