@@ -87,8 +87,6 @@ FAILED = Status.FAILED
 UNTESTED = Status.UNTESTED
 EXCLUDED = Status.EXCLUDED
 
-ALL = tuple(Status)
-
 # A bundle's manifest (bundle/format.py) says `exported` for a recipe whose patch is in the series
 # (the plan said applicable); every other recipe keeps its plan status. Export and the reader both
 # check against this set, so nothing export writes can be refused when it is read back.
