@@ -31,12 +31,12 @@ from typing import Any
 
 from sm120patch import __version__
 from sm120patch.errors import UserError
+from sm120patch.status import EXPORTED, bundle_status  # noqa: F401 (EXPORTED: the bundle modules' name for it)
 
 FORMAT = "sm120patch-bundle"
 SCHEMA = 1
 MANIFEST = "manifest.json"
 SERIES = "series"
-EXPORTED = "exported"  # the manifest's status for a recipe whose patch is in the series
 PACKAGES = ("flashinfer", "sglang")  # apply order: FlashInfer first
 AUTHOR = "sm120patch <noreply@sm120patch.invalid>"
 # where each package's parent folder is inside a git clone of that package
@@ -87,7 +87,7 @@ class BundleRecipe:
     package: str
     title: str
     why: str
-    status: str  # exported, or the plan's status (blocked, satisfied, not-applicable, failed)
+    status: str  # exported, or the plan's status (status.IN_BUNDLE: every one but applicable)
     reason: str
     proof: str  # the probe's one-line verdict ("" when none ran)
     patch: str | None  # file name in the bundle, for exported recipes
@@ -98,6 +98,11 @@ class BundleRecipe:
     needs: list[str]
     files: list[FileChange] = field(default_factory=list)
     evidence: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # export writes, and the reader accepts, the same words (an untested recipe once made a
+        # manifest its own reader refused)
+        bundle_status(self.status)
 
     @property
     def exported(self) -> bool:

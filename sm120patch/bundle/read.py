@@ -23,7 +23,7 @@ from sm120patch.bundle.format import (
     sha256,
 )
 from sm120patch.errors import UserError
-from sm120patch.status import ALL, APPLICABLE
+from sm120patch.status import IN_BUNDLE
 
 # --- reading: strict ---------------------------------------------------------------------------
 
@@ -58,8 +58,6 @@ _RECIPE: dict[str, Any] = {
     "evidence": (dict, type(None)),
 }
 _FILE: dict[str, Any] = {"path": str, "before": str, "after": str}
-# every status a plan can give a recipe, except applicable: an applicable recipe is exported
-_STATUSES = {EXPORTED, *ALL} - {APPLICABLE}
 
 
 def _fail(path: Path, key: str, problem: str, fix: str) -> BundleError:
@@ -170,9 +168,9 @@ def _read_recipe(folder: Path, mpath: Path, i: int, raw: Any, packages: set[str]
     r = _table(mpath, key, raw, _RECIPE)
     if r["package"] not in packages:
         raise _fail(mpath, f"{key}.package", f"{r['package']!r} is not among targets", "export the bundle again")
-    if r["status"] not in _STATUSES:
+    if r["status"] not in IN_BUNDLE:  # the vocabulary export writes from (status.py)
         raise _fail(
-            mpath, f"{key}.status", f"unknown status {r['status']!r}", f"use one of {', '.join(sorted(_STATUSES))}"
+            mpath, f"{key}.status", f"unknown status {r['status']!r}", f"use one of {', '.join(sorted(IN_BUNDLE))}"
         )
     if (r["status"] == EXPORTED) != (r["patch"] is not None):
         raise _fail(mpath, f"{key}.patch", "an exported recipe has a patch, no other does", "export the bundle again")

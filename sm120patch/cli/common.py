@@ -20,7 +20,8 @@ from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.hints import rollback_command
 from sm120patch.planning.targets import discover, installed
 from sm120patch.probes.recipe_probe import PROBE_LEVELS, make_probe, resolve_flashinfer
-from sm120patch.status import COLOUR, fails
+from sm120patch.status import APPLICABLE, APPLIED, fails
+from sm120patch.status import colour as status_colour
 
 if TYPE_CHECKING:
     from sm120patch.catalogue.recipes import Recipe
@@ -205,7 +206,7 @@ def report(
         for p in plans:
             status = f"{p.status:<14}"
             if colour:
-                status = click.style(status, fg=COLOUR.get(p.status))
+                status = click.style(status, fg=status_colour(p.status))
             click.echo(f"  {status} {p.recipe.id:<{width}}  {p.reason}")
         if show_diff and stat:
             _print_stat(plans)
@@ -229,7 +230,7 @@ def _print_stat(plans: Sequence[RecipePlan]) -> None:
     for p in plans:
         for rel, (before, after) in sorted(p.changes.items()):
             first, _, ids = files.get(rel, (before, after, []))
-            tag = p.recipe.id if p.status in ("applicable", "applied") else f"{p.recipe.id}: {p.status}"
+            tag = p.recipe.id if p.status in (APPLICABLE, APPLIED) else f"{p.recipe.id}: {p.status}"
             files[rel] = (first, after, [*ids, tag])
     if not files:
         return

@@ -26,6 +26,7 @@ from sm120patch.cli.common import (
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.hints import apply_command, rollback_command
 from sm120patch.probes.recipe_probe import resolve_archs
+from sm120patch.status import APPLIED
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
@@ -317,7 +318,7 @@ def status_cmd(
         for a in r["applied"]:
             check = a.get("recheck") or {}
             word = "STALE   " if check.get("holds") is False else "applied "
-            if a.get("state", "applied") != "applied":
+            if a.get("state", APPLIED) != APPLIED:
                 word = a["state"]
             click.echo(f"  {word} {a['id']}  ({a['arch']}, {a['at']})")
             if a.get("why"):

@@ -139,7 +139,7 @@ def plan_target(
         plans = engine.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested)
         for p in plans:
             if p.recipe.id in choice.exclude and p.status != APPLIED:
-                p.status, p.reason = EXCLUDED, f"excluded (--exclude): {p.reason}"
+                p.mark(EXCLUDED, f"excluded (--exclude): {p.reason}")
     todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
     after = base
     proofs: dict[str, Any] = {}
@@ -165,7 +165,7 @@ def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
 
     kernels = load_kernels()
     for p in plans:
-        if p.status not in (APPLICABLE, "applied"):
+        if p.status not in (APPLICABLE, APPLIED):
             continue
         patched = [t.root / rel for rel in p.files]
         for need in p.recipe.needs:
@@ -354,7 +354,7 @@ def apply_many(
                     _record_dependents(journals, t, plans, fi_recipes)
                 for p in plans:
                     if p.recipe.id in stale and p.status != APPLIED:
-                        p.status, p.reason = REVERTED, f"reverted: {stale[p.recipe.id]}"
+                        p.mark(REVERTED, f"reverted: {stale[p.recipe.id]}")
                     elif p.recipe.id in stale:
                         p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
                     elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:

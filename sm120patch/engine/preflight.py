@@ -16,31 +16,12 @@ from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.engine.journal import Journal
 from sm120patch.engine.tree import Probe, applied_reasons, block_failing, mark_stale
-from sm120patch.planning.plan import (
-    APPLICABLE,
-    APPLIED,
-    BLOCKED,
-    NOT_APPLICABLE,
-    SATISFIED,
-    STALE,
-    UNTESTED,
-    RecipePlan,
-)
+from sm120patch.planning.plan import APPLICABLE, BLOCKED, RecipePlan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import Target
 from sm120patch.probes.recipe_probe import make_probe
 from sm120patch.probes.rungs import rung_index
-
-_ADVICE = {
-    APPLICABLE: "run `sm120patch apply {root}`",
-    BLOCKED: "upgrade FlashInfer (see the probe reason), or leave this gate shut",
-    SATISFIED: "nothing to do: this release already opens the gate",
-    NOT_APPLICABLE: "nothing to do",
-    APPLIED: "applied; `sm120patch rollback {root} --recipe {id}` takes it back",
-    UNTESTED: "this release is newer than any the recipe was tested on: review the diff (`sm120patch plan`), "
-    "then `sm120patch apply {root} --allow-untested` if it is right",
-    STALE: "the kernels it needs are gone: run `sm120patch rollback {root} --recipe {id}` before the next start",
-}
+from sm120patch.status import advice
 
 
 def preflight(
@@ -85,7 +66,7 @@ def preflight(
                 "reason": p.reason,
                 "probe": verdicts,
                 "rung": _rung(verdicts),
-                "advice": _ADVICE.get(p.status, "").format(root=shlex.quote(str(t.root)), id=shlex.quote(p.recipe.id))
+                "advice": advice(p.status, shlex.quote(str(t.root)), shlex.quote(p.recipe.id))
                 + (
                     f" (it stands on {', '.join(stands_on[p.recipe.id])}, which that apply writes first)"
                     if p.status == APPLICABLE and p.recipe.id in stands_on

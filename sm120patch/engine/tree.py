@@ -70,7 +70,9 @@ def file_state(journal: Journal, rel: str) -> str:
     now = sha256(path.read_bytes())
     if now == entry.current:
         return "as-applied"
-    return "replaced-by-pip" if now == entry.original else "changed-since-apply"
+    from sm120patch.engine.pipstate import REPLACED
+
+    return REPLACED if now == entry.original else "changed-since-apply"
 
 
 def make_plan(
@@ -103,7 +105,7 @@ def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str,
         if result.passed:
             passed[p.recipe.id] = result
         else:
-            p.status, p.reason = BLOCKED, f"{result.rung} rung: {result.reason}"
+            p.mark(BLOCKED, f"{result.rung} rung: {result.reason}")
     return passed
 
 
@@ -130,8 +132,7 @@ def mark_stale(plans: Sequence[RecipePlan], journal: Journal, target: Target, pr
         if c.probe is not None:
             p.probe = c.probe.verdicts
         if not c.holds:
-            p.status = STALE
-            p.reason = f"stale: {c.reason}; run `{rollback_hint(target, p.recipe.id)}`"
+            p.mark(STALE, f"stale: {c.reason}; run `{rollback_hint(target, p.recipe.id)}`")
         elif c.changed:
             p.reason += f" ({c.reason})"
 
@@ -295,8 +296,7 @@ def _write(
                 "evidence": proof.record() if proof else {"level": "none"},
             }
         )
-        p.status = APPLIED
-        p.reason = f"applied to {', '.join(p.files)}" + (f"; {proof.reason}" if proof and p.recipe.needs else "")
+        p.mark(APPLIED, f"applied to {', '.join(p.files)}" + (f"; {proof.reason}" if proof and p.recipe.needs else ""))
     journal.data.setdefault("dists", {})[target.package] = target.version  # per package: a site holds two
     journal.note("apply", recipes=[p.recipe.id for p in todo], arch=arch_names)
     journal.save()
@@ -420,17 +420,17 @@ def status(target: Target, recipes: Sequence[Recipe] = (), probe: Probe | None =
         else:
             merged[f.rel] = f
     pending = journal.data.get("pending")  # a transaction of the whole tree (both packages in site-packages)
-    from sm120patch.engine.pipstate import obsolete
+    from sm120patch.engine.pipstate import OTHER_RELEASE, obsolete
 
     pip = {r.id: r for r in obsolete(journal, target)}
     for f in merged.values():  # a file of an entry from another release is that release's, not an edit
-        if any(pip.get(i) and pip[i].state == "other-release" for i in f.recipes):
-            f.state = "other-release"
+        if any(pip.get(i) and pip[i].state == OTHER_RELEASE for i in f.recipes):
+            f.state = OTHER_RELEASE
     checks = rechecks(journal, target, [r for r in recipes if r.id not in pip], probe) if recipes else {}
     applied = []
     for a in mine:
         row = {k: a.get(k) for k in ("id", "at", "arch", "version", "dist_version", "files")}
-        row["state"] = pip[a["id"]].state if a["id"] in pip else "applied"
+        row["state"] = pip[a["id"]].state if a["id"] in pip else APPLIED
         if a["id"] in pip:
             row["why"] = pip[a["id"]].why
         ev = a.get("evidence") or {}

@@ -33,6 +33,7 @@ from sm120patch.status import (  # noqa: F401 (the vocabulary, re-exported for t
     SATISFIED,
     STALE,
     UNTESTED,
+    Status,
 )
 
 
@@ -51,12 +52,22 @@ class EditResult:
 class RecipePlan:
     recipe: Recipe
     target: Target | None
-    status: str
+    status: Status
     reason: str
     edits: list[EditResult] = field(default_factory=list)
     # rel path -> (bytes before this recipe, bytes after it)
     changes: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
     probe: list[dict[str, object]] = field(default_factory=list)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # a status outside the vocabulary is refused where it is made (planned, read from the plan
+        # cache, or changed by `mark`), never found later by a reader that does not know it
+        object.__setattr__(self, name, Status.of(value) if name == "status" else value)
+
+    def mark(self, status: Status, reason: str) -> None:
+        """The one way a planned recipe's status changes (blocked by its probe, stale, applied,
+        excluded, reverted): the status and the reason that says why, together."""
+        self.status, self.reason = status, reason
 
     @property
     def files(self) -> list[str]:

@@ -66,6 +66,7 @@ from typing import IO, Any
 from sm120patch import hints
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
+from sm120patch.status import APPLIED
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
 from sm120patch.triage.logkind import LogKind
@@ -169,7 +170,7 @@ class Diagnosis:
         """Recipes to roll back: implicated by a fatal finding and applied per the journal."""
         ids: list[str] = []
         for f in self.causes:
-            if f.journal == "applied":
+            if f.journal == APPLIED:
                 ids.extend(r for r in f.recipe_ids if r not in ids)
         return ids
 
@@ -209,7 +210,7 @@ class Diagnosis:
             out.append(f"[{label}] {f.signature} (line {f.line_no}{seen})")
             out.append(f"  log:     {f.line}")
             if f.recipe_ids:
-                state = "applied, per the journal" if f.journal == "applied" else "journal unknown"
+                state = "applied, per the journal" if f.journal == APPLIED else "journal unknown"
                 out.append(f"  recipe:  {', '.join(f.recipe_ids)} ({state})")
             out.append(f"  class:   {f.cls}")
             out.append(f"  meaning: {f.meaning}")
@@ -402,7 +403,7 @@ class Diagnoser:
     def _resolve(self, f: Finding, framework: str | None) -> Finding:
         """Settle "maybe" with the GPU the log shows, and put the advice in the framework's flags."""
         verdict, notes = f.sm12x, list(f.notes)
-        if f.source == "recipe" and f.journal == "applied":
+        if f.source == "recipe" and f.journal == APPLIED:
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
         elif verdict == "maybe":
             gpu = self.kind.gpu
@@ -472,7 +473,7 @@ class Diagnoser:
         sig, match = catalogue[0] if catalogue else (None, None)
         text = next(t for rid, t in self._recipe_sigs if rid in ids and t in line)
         name = sig.id if sig else text
-        journal = "unknown" if self.applied is None else "applied"
+        journal = "unknown" if self.applied is None else APPLIED
 
         def make() -> Finding:
             details, verdict = self._details(line, sig, match) if sig and match else ({}, "maybe")
@@ -485,7 +486,7 @@ class Diagnoser:
                 )
             )
             command = rollback_command(self.target, ids)
-            if journal == "applied":
+            if journal == APPLIED:
                 step = command
             else:
                 hint = "" if self.target else " (add --target PATH to check the journal)"

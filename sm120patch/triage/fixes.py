@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.planning.targets import Target
+from sm120patch.status import APPLIED
 from sm120patch.triage.diagnose import Diagnosis, Finding
 
 
@@ -127,7 +128,7 @@ def advise(diag: Diagnosis, recipes: Sequence[Recipe], target: Path) -> Fix | No
         if not matching_recipes(f, recipes):
             continue
         text = f"our fix for this crash on {target}: {fix.command} ({'; '.join(fix.reasons)})"
-        if f.journal == "applied":
+        if f.journal == APPLIED:
             f.notes.append(f"or keep the gate and add its kernels: {fix.command}")
         else:
             f.next_step = f"Apply sm120patch's fix: {fix.command}"
