@@ -64,10 +64,6 @@ class BundleError(UserError):
     """A bundle folder is missing, damaged, or not for this tree."""
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 # --- the bundle as data ------------------------------------------------------------------------
 
 

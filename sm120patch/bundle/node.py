@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120patch import hints
-from sm120patch.bundle.format import Bundle, BundleError, BundleRecipe, diff_section, sha256
+from sm120patch.bundle.format import Bundle, BundleError, BundleRecipe, diff_section
+from sm120patch.hashing import sha256
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch

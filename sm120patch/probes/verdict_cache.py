@@ -8,12 +8,13 @@ are stored; an `unknown` usually means "try again with more tools". Writes are a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from sm120patch.hashing import sha256_file, sha256_json
 
 SCHEMA = 1
 
@@ -29,8 +30,7 @@ class ProbeCache:
 
     @staticmethod
     def key(parts: dict[str, Any]) -> str:
-        blob = json.dumps({"schema": SCHEMA, **parts}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return sha256_json({"schema": SCHEMA, **parts}, sort_keys=True, default=str)[:32]
 
     def _path(self, key: str) -> Path:
         return self.root / f"{key}.json"
@@ -73,9 +73,8 @@ def file_digest(path: Path) -> str:
     memo = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
     if (hit := _SHA_MEMO.get(memo)) is not None:
         return hit
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+    digest = sha256_file(path)
+    if digest is None:
         return "missing"
     _SHA_MEMO[memo] = digest
     return digest
