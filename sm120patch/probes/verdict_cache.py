@@ -8,9 +8,9 @@ Only definitive verdicts (pass/fail) are stored; an `unknown` usually means "try
 tools". Writes are atomic (temp file + rename) so a killed run never leaves a truncated entry.
 The same store keeps `preflight`'s plan statuses (planning/plan_cache.py).
 
-Below it: a file's sha256, remembered per (path, inode, size, mtime) within one look (a spec ask, a build); and
-`AnswerCache`, what FlashInfer's generator answered, kept with a signature of every Python file
-the interpreter loaded: the sha256 for FlashInfer's own, size and mtime for the rest.
+Below it: a file's sha256, remembered per (path, inode, size, mtime) within one look (a spec ask,
+a build); and `AnswerCache`, what FlashInfer's generator answered, kept with a signature of every
+Python file the interpreter loaded: the sha256 for FlashInfer's own, size and mtime for the rest.
 """
 
 from __future__ import annotations
