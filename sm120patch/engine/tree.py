@@ -35,7 +35,7 @@ Probe = Callable[[Recipe], "ProbeResult"]
 @dataclass
 class FileState:
     rel: str
-    state: str  # file_state(): as-applied | changed-since-apply | replaced-by-pip | missing (a killed run: "interrupted")
+    state: str  # file_state(): as-applied | changed-since-apply | replaced-by-pip | missing
     recipes: list[str]
 
     def to_dict(self) -> dict[str, object]:
