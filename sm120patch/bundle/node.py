@@ -15,7 +15,7 @@ mismatch (exit 1) with the recipe and the command that takes it back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,15 +179,7 @@ class RecipeCheck:
     rollback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "package": self.package,
-            "state": self.state,
-            "reason": self.reason,
-            "problems": self.problems,
-            "probe": self.probe,
-            "rollback": self.rollback,
-        }
+        return asdict(self)
 
 
 def rollback_command(bundle: Bundle, r: BundleRecipe, t: Target) -> str:

@@ -30,7 +30,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -222,7 +222,7 @@ class Dependent:
         return cls(Path(str(raw.get("root", ""))), str(raw.get("package", "sglang")), str(raw.get("id", "")))
 
     def to_dict(self) -> dict[str, str]:
-        return {"root": str(self.root), "package": self.package, "id": self.id}
+        return {**asdict(self), "root": str(self.root)}
 
 
 class Applied:
