@@ -35,8 +35,8 @@ from sm120patch.bundle.format import (
     FileChange,
     file_diff,
     format_patch,
-    sha256,
 )
+from sm120patch.hashing import sha256
 
 # --- export: a dry run, written as a bundle ----------------------------------------------------
 

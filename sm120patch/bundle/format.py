@@ -25,7 +25,7 @@ import hashlib
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,6 @@ class BundleError(UserError):
     """A bundle folder is missing, damaged, or not for this tree."""
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 # --- the bundle as data ------------------------------------------------------------------------
 
 
@@ -78,7 +74,7 @@ class FileChange:
     after: str  # sha256 after it
 
     def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "before": self.before, "after": self.after}
+        return asdict(self)
 
 
 @dataclass
@@ -109,23 +105,7 @@ class BundleRecipe:
         return self.patch is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "package": self.package,
-            "title": self.title,
-            "why": self.why,
-            "status": self.status,
-            "reason": self.reason,
-            "proof": self.proof,
-            "patch": self.patch,
-            "patch_sha256": self.patch_sha256,
-            "recipe_sha256": self.recipe_sha256,
-            "versions": self.versions,
-            "arch": self.arch,
-            "needs": self.needs,
-            "files": [f.to_dict() for f in self.files],
-            "evidence": self.evidence,
-        }
+        return asdict(self)  # `files` as FileChange.to_dict gives them
 
 
 @dataclass
@@ -136,12 +116,7 @@ class BundleTarget:
     clone_directory: str  # the package's parent inside a clone of it ("python" for SGLang)
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "package": self.package,
-            "version": self.version,
-            "apply_from": self.apply_from,
-            "clone_directory": self.clone_directory,
-        }
+        return asdict(self)
 
 
 @dataclass

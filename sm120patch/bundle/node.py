@@ -15,12 +15,13 @@ mismatch (exit 1) with the recipe and the command that takes it back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120patch import hints
-from sm120patch.bundle.format import Bundle, BundleError, BundleRecipe, diff_section, sha256
+from sm120patch.bundle.format import Bundle, BundleError, BundleRecipe, diff_section
+from sm120patch.hashing import sha256
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
@@ -178,15 +179,7 @@ class RecipeCheck:
     rollback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "package": self.package,
-            "state": self.state,
-            "reason": self.reason,
-            "problems": self.problems,
-            "probe": self.probe,
-            "rollback": self.rollback,
-        }
+        return asdict(self)
 
 
 def rollback_command(bundle: Bundle, r: BundleRecipe, t: Target) -> str:

@@ -20,9 +20,9 @@ from sm120patch.bundle.format import (
     BundleRecipe,
     BundleTarget,
     FileChange,
-    sha256,
 )
 from sm120patch.errors import UserError
+from sm120patch.hashing import sha256
 from sm120patch.status import IN_BUNDLE
 
 # --- reading: strict ---------------------------------------------------------------------------

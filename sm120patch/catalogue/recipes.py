@@ -7,7 +7,6 @@ one-line error naming the file and the key, so a typo never becomes a silent no-
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from sm120patch.arch import Arch, parse_arch
 from sm120patch.catalogue.datafile import check_table, fail, read_toml, str_list
 from sm120patch.errors import RecipeError, UserError
+from sm120patch.hashing import sha256
 
 PACKAGES = ("sglang", "flashinfer")
 
@@ -219,7 +219,7 @@ def load_recipe(path: Path) -> Recipe:
         arch=tuple(arches),
         edits=edits,
         path=path,
-        sha256=hashlib.sha256(blob).hexdigest(),
+        sha256=sha256(blob),
         needs=str_list(path, "needs", data.get("needs", [])),
         crash_signatures=str_list(path, "crash_signatures", data.get("crash_signatures", [])),
         advice=data.get("advice", "").strip(),

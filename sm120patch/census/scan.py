@@ -15,7 +15,6 @@ stderr once it has taken over two seconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120patch.arch import Arch
+from sm120patch.hashing import sha256_text
 
 SCHEMA = 2
 PROGRESS_AFTER_S = 2.0
@@ -95,7 +95,7 @@ class _Cache:
 
     @classmethod
     def load(cls, root: Path, site: Path) -> _Cache:
-        key = hashlib.sha256(str(site).encode()).hexdigest()[:24]
+        key = sha256_text(str(site))[:24]
         c = cls(root / f"{key}.json")
         try:
             data = json.loads(c.path.read_text(encoding="utf-8"))

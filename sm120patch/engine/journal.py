@@ -24,19 +24,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import signal
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sm120patch import __version__
 from sm120patch.errors import JournalError, UserError
+from sm120patch.hashing import sha256, sha256_text
 from sm120patch.hints import rollback_command
 
 SCHEMA = 1
@@ -66,10 +66,6 @@ def _fault(step: str) -> None:
 
 class WriteError(JournalError, OSError):
     """Writing failed (permissions, disk full); what was written is already put back."""
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -114,7 +110,7 @@ def state_dir_for(root: Path) -> Path:
     if local.is_dir() or os.access(root, os.W_OK):
         return local
     base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
-    return base / "sm120patch" / hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return base / "sm120patch" / sha256_text(str(root))[:16]
 
 
 def damage_advice(root: Path, directory: Path, readable: bool = False) -> str:
@@ -226,7 +222,7 @@ class Dependent:
         return cls(Path(str(raw.get("root", ""))), str(raw.get("package", "sglang")), str(raw.get("id", "")))
 
     def to_dict(self) -> dict[str, str]:
-        return {"root": str(self.root), "package": self.package, "id": self.id}
+        return {**asdict(self), "root": str(self.root)}
 
 
 class Applied:

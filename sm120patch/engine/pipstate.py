@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sm120patch.engine.journal import sha256
+from sm120patch.hashing import sha256
 
 if TYPE_CHECKING:
     from sm120patch.engine.journal import Applied, Journal

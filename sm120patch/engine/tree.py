@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe, load_recipes
-from sm120patch.engine.journal import Journal, sha256
+from sm120patch.engine.journal import Journal
 from sm120patch.errors import UserError
+from sm120patch.hashing import sha256
 from sm120patch.hints import rollback_command
 from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED, STALE, RecipePlan, plan
 from sm120patch.planning.targets import Target, discover
@@ -34,7 +35,7 @@ Probe = Callable[[Recipe], "ProbeResult"]
 @dataclass
 class FileState:
     rel: str
-    state: str  # as-applied | changed-since-apply | missing | pending
+    state: str  # file_state(): as-applied | changed-since-apply | replaced-by-pip | missing
     recipes: list[str]
 
     def to_dict(self) -> dict[str, object]:

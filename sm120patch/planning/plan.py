@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ class EditResult:
     note: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "outcome": self.outcome, "files": self.files, "note": self.note}
+        return asdict(self)
 
 
 @dataclass

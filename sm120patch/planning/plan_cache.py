@@ -8,14 +8,13 @@ rewritten, the same bytes).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sm120patch.arch import Arch
+from sm120patch.hashing import sha256_file, sha256_json
 from sm120patch.planning.plan import EditResult, RecipePlan, Workspace, _plan, plan
 
 if TYPE_CHECKING:
@@ -40,13 +39,6 @@ def _tool_stamp() -> list[object]:
     return [[p.relative_to(package).as_posix(), _stamp(p)] for p in sorted(package.rglob("*.py"))]
 
 
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
 def _listing(index: PackageIndex, read: set[str]) -> str:
     """Every .py file of the package, hashed with its stamp: what a package scan depended on.
     Files in `read` enter by name only: their bytes are checked on their own (`files`)."""
@@ -54,7 +46,7 @@ def _listing(index: PackageIndex, read: set[str]) -> str:
     entries = []
     for p in index.files():
         entries.append([p.relative_to(root).as_posix(), None if str(p) in read else _stamp(p)])
-    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+    return sha256_json(entries)
 
 
 def _unchanged(path: Path, stamp: list[int] | None, digest: str | None) -> bool:
@@ -65,7 +57,7 @@ def _unchanged(path: Path, stamp: list[int] | None, digest: str | None) -> bool:
         return True
     if now is None or stamp is None or digest is None or now[:2] != stamp[:2]:
         return False
-    return _digest(path) == digest
+    return sha256_file(path) == digest
 
 
 def plan_statuses(
@@ -117,7 +109,7 @@ def plan_statuses(
     cache.put(
         key,
         {
-            "files": sorted([str(p), _stamp(p), _digest(p) if str(p) in read else None] for p in looked),
+            "files": sorted([str(p), _stamp(p), sha256_file(p) if str(p) in read else None] for p in looked),
             "listing": _listing(ws.index, read) if ws.index._hits else None,
             "plans": [
                 {"id": p.recipe.id, "status": p.status, "reason": p.reason, "edits": [e.to_dict() for e in p.edits]}

@@ -18,7 +18,6 @@ against the sha256 of every header nvcc reported it read: a warm verdict reads h
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from sm120patch.arch import Arch
 from sm120patch.catalogue.kernels import Kernel
+from sm120patch.hashing import sha256_json
 from sm120patch.probes.environment.device import CudaToolkit, can_build_for, find_cuda
 from sm120patch.probes.environment.elf import ElfError, KernelCode, cubin_kernels, cubin_sm
 from sm120patch.probes.environment.flashinfer import FlashInferEnv
@@ -154,7 +154,7 @@ def _key(unit: Unit, package_dir: Path, nvcc: str, nvcc_version: str | None) -> 
         "nvcc": [nvcc, nvcc_version],
         "source": [_dep_id(str(unit.source), package_dir), file_sha(unit.source)],
     }
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:32]
+    return sha256_json(blob, sort_keys=True)[:32]
 
 
 def _lookup(folder: Path, package_dir: Path) -> Compiled | None:
@@ -272,7 +272,7 @@ def _gencode(argv: Sequence[str]) -> list[str]:
 def empty_kernel_size(nvcc: str, gencode: Sequence[str], cache: Path) -> int | None:
     """Bytes of machine code an empty kernel gets from this nvcc for this target: the size a
     kernel whose body was compiled out has too. Measured once per toolkit and target."""
-    key = hashlib.sha256(json.dumps([nvcc, file_sha(Path(nvcc)), list(gencode)]).encode()).hexdigest()[:24]
+    key = sha256_json([nvcc, file_sha(Path(nvcc)), list(gencode)])[:24]
     marker = cache / f"empty-{key}.json"
     with contextlib.suppress(OSError, ValueError, KeyError):
         return int(json.loads(marker.read_text())["size"])

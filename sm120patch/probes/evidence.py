@@ -8,10 +8,11 @@ names what differs, and the engine probes again instead of trusting the old answ
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sm120patch.hashing import sha256_file
 
 if TYPE_CHECKING:
     from sm120patch.catalogue.kernels import Kernel
@@ -21,10 +22,7 @@ MISSING = "missing"
 
 
 def file_sha(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return MISSING
+    return sha256_file(path) or MISSING
 
 
 def hash_files(package_dir: Path | None, rels: Iterable[str]) -> dict[str, str]:

@@ -1,19 +1,27 @@
 """Verdict cache: one small JSON file per (kernel, arch, FlashInfer, level, python).
 
-The key includes the generator file's mtime and size, so editing FlashInfer (or a
-recipe that patches it) invalidates the answer. Only definitive verdicts (pass/fail)
-are stored; an `unknown` usually means "try again with more tools". Writes are atomic
-(temp file + rename) so a killed run never leaves a truncated entry.
+The key is a digest of what the verdict depends on, the contents of the files the static rung
+reads among them (the sha256 of the kernel's generator and source-check files, not their mtime
+or size), so editing FlashInfer (or a recipe that patches it) gives another key; and a hit counts
+only while every file its evidence records still has the sha256 it had (probes/evidence.py).
+Only definitive verdicts (pass/fail) are stored; an `unknown` usually means "try again with more
+tools". Writes are atomic (temp file + rename) so a killed run never leaves a truncated entry.
+The same store keeps `preflight`'s plan statuses (planning/plan_cache.py).
+
+Below it: a file's sha256, remembered per (path, inode, size, mtime) within one look (a spec ask,
+a build); and `AnswerCache`, what FlashInfer's generator answered, kept with a signature of every
+Python file the interpreter loaded: the sha256 for FlashInfer's own, size and mtime for the rest.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from sm120patch.hashing import sha256_file, sha256_json
 
 SCHEMA = 1
 
@@ -29,8 +37,7 @@ class ProbeCache:
 
     @staticmethod
     def key(parts: dict[str, Any]) -> str:
-        blob = json.dumps({"schema": SCHEMA, **parts}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        return sha256_json({"schema": SCHEMA, **parts}, sort_keys=True, default=str)[:32]
 
     def _path(self, key: str) -> Path:
         return self.root / f"{key}.json"
@@ -73,9 +80,8 @@ def file_digest(path: Path) -> str:
     memo = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
     if (hit := _SHA_MEMO.get(memo)) is not None:
         return hit
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+    digest = sha256_file(path)
+    if digest is None:
         return "missing"
     _SHA_MEMO[memo] = digest
     return digest

@@ -9,7 +9,7 @@ Both are read line by line, so a log of any size costs constant memory.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 FRAMEWORKS = ("sglang", "vllm", "tensorrt-llm", "pytorch")
 
@@ -64,7 +64,7 @@ class Evidence:
     line: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"line_no": self.line_no, "line": self.line}
+        return asdict(self)
 
 
 @dataclass

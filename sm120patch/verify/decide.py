@@ -17,7 +17,7 @@ at the same concurrency, so batching is alike.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sm120patch.verify import answers, schedule
@@ -39,16 +39,7 @@ class Decision:
     launch: dict[str, Any] | None = None  # the failed launch, when there was one
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "recipes": self.recipes,
-            "keep": self.keep,
-            "reasons": self.reasons,
-            "summary": self.summary,
-            "throughput": {str(c): v for c, v in self.throughput.items()},
-            "answers": self.answers,
-            "launch": self.launch,
-        }
+        return {**asdict(self), "throughput": {str(c): v for c, v in self.throughput.items()}}  # JSON keys
 
 
 def _answers(prompts: Sequence[Prompt], base: Sequence[Run], cand: Sequence[Run]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ writes on another copy and with what `git apply` / `git am` (git itself) make of
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -140,6 +141,13 @@ def test_export_writes_nothing_and_round_trips(sm, catalogue: Path, tmp_path: Pa
     assert (v["result"], v["rung"], v["arch"]) == ("pass", "static", "sm_120")
     assert v["evidence"]["flashinfer"] == {"version": "0.6.17"} and "jit/comm.py" in v["evidence"]["files"]
     assert str(tmp_path) not in (tmp_path / "bundle" / "manifest.json").read_text()  # no machine paths
+    # the digests are sha256 hex of the patch file and of the release's bytes (hashlib as the oracle)
+    for x in manifest["recipes"]:
+        if x["patch"]:
+            assert x["patch_sha256"] == hashlib.sha256((tmp_path / "bundle" / x["patch"]).read_bytes()).hexdigest()
+    assert {f["path"]: f["before"] for f in ar["files"]} == {
+        f["path"]: hashlib.sha256((site / f["path"]).read_bytes()).hexdigest() for f in ar["files"]
+    }
 
 
 def test_patch_is_git_format_patch_with_why_release_and_proof(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001

@@ -26,7 +26,7 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ASIDE = ".sm120patch-aside"
@@ -43,7 +43,7 @@ class CachedBuild:
     fix: str = ""  # what makes FlashInfer build from the sources again (empty when nothing is needed)
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": str(self.path), "kind": self.kind, "shadows": self.shadows, "why": self.why, "fix": self.fix}
+        return {**asdict(self), "path": str(self.path)}
 
 
 def cached_builds(

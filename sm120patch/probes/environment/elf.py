@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -75,7 +75,7 @@ class FileArchs:
     error: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "kind": self.kind, "sass": self.sass, "ptx": self.ptx, "error": self.error}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ reinstall or an edit changes it), and the cache keeps the most recently used ove
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from sm120patch.hashing import sha256_chunks, sha256_chunks_raw, sha256_raw
 from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
 
 KEEP = 6  # overlays kept (most recently used first); SM120PATCH_OVERLAYS overrides
@@ -35,7 +35,10 @@ STALE_TMP_S = 3600.0  # a half-made overlay older than this was left by a killed
 
 def _tree_stamp(package_dir: Path) -> bytes:
     """What the overlay mirrors, as a stat walk sees it: every file's path, size, mtime, inode."""
-    h = hashlib.sha256()
+    return sha256_chunks_raw(_stat_lines(package_dir))
+
+
+def _stat_lines(package_dir: Path) -> Iterator[bytes]:
     for dirpath, dirnames, filenames in os.walk(package_dir):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
@@ -45,8 +48,7 @@ def _tree_stamp(package_dir: Path) -> bytes:
             except OSError:
                 continue
             rel = os.path.relpath(path, package_dir)
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
-    return h.digest()
+            yield f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode()
 
 
 def cache_dir() -> Path:
@@ -56,11 +58,9 @@ def cache_dir() -> Path:
 
 def overlay_root(package_dir: Path, changes: Mapping[str, bytes]) -> Path:
     """Where the overlay for these planned bytes over this tree's bytes lives (the sm120patch cache)."""
-    h = hashlib.sha256(str(package_dir.resolve()).encode())
-    h.update(_tree_stamp(package_dir))
-    for rel in sorted(changes):
-        h.update(rel.encode() + b"\0" + hashlib.sha256(changes[rel]).digest())
-    return cache_dir() / h.hexdigest()[:24]
+    head = [str(package_dir.resolve()).encode(), _tree_stamp(package_dir)]
+    planned = (rel.encode() + b"\0" + sha256_raw(changes[rel]) for rel in sorted(changes))
+    return cache_dir() / sha256_chunks([*head, *planned])[:24]
 
 
 def _link_or_copy(src: str, dst: str) -> None:

@@ -14,7 +14,6 @@ check files' hashes either way.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from sm120patch.arch import Arch
 from sm120patch.catalogue.kernels import Kernel
+from sm120patch.hashing import sha256_chunks, sha256_text
 from sm120patch.probes.environment.device import find_cuda
 from sm120patch.probes.environment.flashinfer import FlashInferEnv
 from sm120patch.probes.run import ranks
@@ -70,13 +70,15 @@ def run_fingerprint(kernel: Kernel) -> str:
     ("" if none)."""
     if kernel.run not in CHECKS:
         return ""
-    h = hashlib.sha256()
-    for p in (check_path(CHECKS[kernel.run]), ranks.HARNESS, ranks.TIMING_LIB):
-        try:
-            h.update(p.read_bytes())
-        except OSError:
-            h.update(b"missing")
-    return h.hexdigest()
+    files = (check_path(CHECKS[kernel.run]), ranks.HARNESS, ranks.TIMING_LIB)
+    return sha256_chunks(_bytes_or_missing(p) for p in files)
+
+
+def _bytes_or_missing(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b"missing"
 
 
 def workspace(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path) -> Path:
@@ -84,7 +86,7 @@ def workspace(kernel: Kernel, arch: Arch, fi: FlashInferEnv, cache_root: Path) -
     (version, location, interpreter) and arch, so a second run loads it instead of building.
     The build rung compiles device code only (cubins, to read them back), so the run builds the
     loadable module itself, once."""
-    where = hashlib.sha256(f"{fi.location}|{fi.python}".encode()).hexdigest()[:12]
+    where = sha256_text(f"{fi.location}|{fi.python}")[:12]
     own = cache_root / "builds" / re.sub(r"[^A-Za-z0-9._-]+", "_", f"run-{fi.version}-{arch.name}-{where}")
     own.mkdir(parents=True, exist_ok=True)
     return own
