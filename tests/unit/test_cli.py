@@ -18,6 +18,7 @@ import pytest
 
 from sm120patch.cli import cli, main
 from sm120patch.cli import common as cli_common
+from sm120patch.probes import recipe_probe
 from tests.unit.sglang_fakes import (
     ALL_IDS,
     ALLREDUCE,
@@ -226,8 +227,8 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return probe
 
-    monkeypatch.setattr(cli_common, "resolve_flashinfer", lambda *a: None)
-    monkeypatch.setattr(cli_common, "make_probe", make_probe)
+    monkeypatch.setattr(recipe_probe, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(recipe_probe, "make_probe", make_probe)
 
 
 @pytest.mark.usefixtures("failing_probe")
