@@ -173,8 +173,9 @@ def tree_options(
     return deco
 
 
-def allow_untested_option(help: str) -> Callable[[Any], Any]:  # noqa: A002 (click's own word)
-    return click.option("--allow-untested", is_flag=True, help=help)
+def allow_untested_option(text: str) -> Callable[[Any], Any]:
+    """--allow-untested, with the command's own words for it (its value lands in TreeOptions)."""
+    return click.option("--allow-untested", is_flag=True, help=text)
 
 
 ALLOW_UNTESTED = "Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`)."
