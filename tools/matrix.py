@@ -79,7 +79,8 @@ def with_pinned_flashinfer(version: str) -> tuple[str | None, dict[str, str], di
     block_failing(plans, gatekeeper.make_probe([arch], flashinfer_env.from_tree(fi_tree), "static"))
     alone = {p.recipe.id: p.status for p in plans}
     targets = [target, *discover(fi_tree, "flashinfer")]
-    run = transaction.Run([arch], gatekeeper.resolve_flashinfer(targets, None, None), "static", gatekeeper.make_probe)
+    fi = gatekeeper.resolve_flashinfer(targets, None, None)
+    run = transaction.RunSettings([arch], fi, "static", gatekeeper.make_probe)
     pair = {p.recipe.id: p.status for p in transaction.plan_many(targets, recipes, run)}
     return fi_version, alone, pair
 

@@ -17,7 +17,7 @@ from sm120patch.hints import rollback_command
 
 if TYPE_CHECKING:
     from sm120patch.catalogue.recipes import Recipe
-    from sm120patch.engine.pipeline import Run
+    from sm120patch.engine.pipeline import RunSettings
     from sm120patch.planning.plan import RecipePlan
     from sm120patch.planning.targets import Target
     from sm120patch.probes.recipe_probe import ProbeResult
@@ -86,7 +86,9 @@ def _check_clean(targets: Sequence[Target]) -> None:
             )
 
 
-def _kept_plans(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run, plans: list[RecipePlan]) -> None:
+def _kept_plans(
+    targets: Sequence[Target], recipes: Sequence[Recipe], run: RunSettings, plans: list[RecipePlan]
+) -> None:
     """Without the blocked recipes a shared file's bytes chain differently: plan the kept ones
     again on their own, as `apply` does, so each patch applies on top of the previous one."""
     from sm120patch.engine import tree as engine
@@ -119,10 +121,12 @@ def _verify_applies(parent_files: dict[str, bytes], diff: str, expected: dict[st
         raise RuntimeError(f"export: git apply of the patch for {', '.join(sorted(expected))} does not give the plan")
 
 
-def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tuple[Bundle, dict[str, str], list]:
+def build(
+    targets: Sequence[Target], recipes: Sequence[Recipe], run: RunSettings
+) -> tuple[Bundle, dict[str, str], list]:
     """Plan (probes at `run.level`), and turn each kept recipe into a patch. Returns the bundle
     (its `dir` unset), the patch texts by file name, and the plans (for the report)."""
-    from sm120patch.engine.pipeline import Run, ordered, plan_many
+    from sm120patch.engine.pipeline import RunSettings, ordered, plan_many
     from sm120patch.planning.plan import APPLICABLE
 
     targets = ordered(targets)
@@ -134,7 +138,7 @@ def build(targets: Sequence[Target], recipes: Sequence[Recipe], run: Run) -> tup
         return None if inner is None else CapturingProbe(inner, seen)
 
     plans = plan_many(
-        targets, recipes, Run(run.archs, run.fi, run.level, capturing, run.allow_untested, exclude=run.exclude)
+        targets, recipes, RunSettings(run.archs, run.fi, run.level, capturing, run.allow_untested, exclude=run.exclude)
     )
     _kept_plans(targets, recipes, run, plans)
     by_dir = {t.package_dir: t for t in targets}
@@ -219,7 +223,7 @@ def _portable_reason(reason: str, t: Target | None) -> str:
 _PATH_TOKEN = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+\.\w+)")
 
 
-def _body(entry: BundleRecipe, t: Target, run: Run, number: int, total: int, name: str) -> str:
+def _body(entry: BundleRecipe, t: Target, run: RunSettings, number: int, total: int, name: str) -> str:
     """The commit message body: why, where it was made and checked, where to apply it, the proof."""
     clone = CLONE_DIRECTORY[t.package]
     lines = [
@@ -288,7 +292,7 @@ def write(bundle: Bundle, patches: dict[str, str], out: Path, *, force: bool = F
 
 
 def export(
-    targets: Sequence[Target], recipes: Sequence[Recipe], run: Run, out: Path, *, force: bool = False
+    targets: Sequence[Target], recipes: Sequence[Recipe], run: RunSettings, out: Path, *, force: bool = False
 ) -> tuple[Bundle, list]:
     """Plan the targets and write the bundle to `out`; nothing in the targets is written."""
     bundle, patches, plans = build(targets, recipes, run)

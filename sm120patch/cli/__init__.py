@@ -1,7 +1,10 @@
 """The `sm120patch` command: a thin click group over plain functions.
 
 One module per group of commands (cli/tree.py, info.py, triage.py, bundle.py, verify.py), imported only
-when one of its commands runs; what they share lives in cli/common.py. Exit codes (stable, documented in README):
+when one of its commands runs; what they share lives in cli/common.py and cli/options.py. In pre-commit's
+manner each command returns its exit code and raises `UserError` for a mistake the user can fix; `run` is
+the one error path (one line, no traceback) and `main` the one place that exits. Exit codes (stable,
+documented in README):
   0  done, including "nothing to do"
   1  a recipe failed, was blocked by its probe, or was reverted
   2  bad input or usage; nothing was written
@@ -15,6 +18,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 
@@ -51,6 +55,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def summary(name: str) -> str:
+    """A command's one-line summary from the table: its `short_help`, and what `--help` lists."""
+    return COMMANDS[name][1]
+
+
 class LazyGroup(click.Group):
     """A click group that imports a command's module only when the command is asked for."""
 
@@ -63,7 +72,6 @@ class LazyGroup(click.Group):
         where, summary = COMMANDS[cmd_name]
         module, attr = where.split(":")
         command: click.Command = getattr(importlib.import_module(module), attr)
-        command.short_help = command.short_help or summary
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -97,24 +105,28 @@ def cli() -> None:
     """
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point: user mistakes end in one line and exit 2, never a traceback."""
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit code: the one place errors become a line on stderr.
+
+    A user's mistake (`UserError`) is one line and its code (2), click's usage errors are click's
+    own message and 2, Ctrl-C is 130, anything else is a bug: one line and 3, never a traceback
+    (SM120PATCH_DEBUG=1 shows it)."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="sm120patch", standalone_mode=False)
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="sm120patch", standalone_mode=False)
     except UserError as e:
         # names from recipes or journals may hold control characters: keep the error one line
         msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
         click.echo(f"sm120patch: error: {msg}", err=True)
-        sys.exit(e.exit_code)
+        return e.exit_code
     except click.exceptions.Abort as e:  # click's form of Ctrl-C: the interrupt itself is the cause
         click.echo(f"sm120patch: {getattr(e.__cause__, 'message', 'interrupted')}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except click.ClickException as e:
         e.show()
-        sys.exit(EXIT_USAGE if e.exit_code == 2 else e.exit_code)
+        return EXIT_USAGE if e.exit_code == 2 else e.exit_code
     except KeyboardInterrupt as e:  # an Interrupted says whether the run's writes were put back
         click.echo(f"sm120patch: {getattr(e, 'message', 'interrupted')}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except SystemExit:
         raise
     except BaseException as e:  # a bug, not the user's fault
@@ -124,5 +136,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"sm120patch: internal error: {type(e).__name__}: {e} (rerun with SM120PATCH_DEBUG=1 and report it)",
             err=True,
         )
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(EXIT_OK)
+        return EXIT_INTERNAL
+    # a command returns its code; --help, --version and a group without a command return None or 0
+    return EXIT_OK if code is None else int(code)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point (the console script, `python -m sm120patch`): the only place that exits."""
+    sys.exit(run(argv))

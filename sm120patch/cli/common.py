@@ -1,4 +1,5 @@
-"""What every `sm120patch` command shares: options, how targets and probes are chosen, output.
+"""What the `sm120patch` commands share once their options are parsed (cli/options.py): the recipes,
+the arch line, the plan report and the probe `status` re-checks with.
 
 Kept light: `--help` and usage errors must not pay for packaging, tomllib or libcst,
 so what planning needs is imported inside the functions that plan.
@@ -9,23 +10,23 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sm120patch.arch import DEFAULT, KNOWN, Arch
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.hints import rollback_command
-from sm120patch.planning.targets import discover, installed
-from sm120patch.probes.recipe_probe import PROBE_LEVELS, make_probe, resolve_flashinfer
+from sm120patch.planning.targets import targets_for
+from sm120patch.probes import recipe_probe
 from sm120patch.status import APPLICABLE, APPLIED, fails
 from sm120patch.status import colour as status_colour
 
 if TYPE_CHECKING:
+    from sm120patch.arch import Arch
     from sm120patch.catalogue.recipes import Recipe
-    from sm120patch.engine.pipeline import Run
+    from sm120patch.cli.options import TreeOptions
     from sm120patch.planning.plan import RecipePlan
     from sm120patch.planning.targets import Target
 
@@ -37,77 +38,15 @@ def load_recipes(directory: Path | None = None) -> list[Recipe]:
     return load(directory)
 
 
-# --- shared options -------------------------------------------------------------------------
-
-
-def arch_option(f: Any) -> Any:
-    return click.option(
-        "--arch",
-        "arch",
-        multiple=True,
-        metavar="ARCH",
-        help=f"GPU architecture to plan for ({', '.join(KNOWN)}); repeat for mixed GPUs. "
-        f"Default: the GPUs NVML/nvidia-smi see, else {DEFAULT}.",
-    )(f)
-
-
-def probe_options(default: str) -> Any:
-    def deco(f: Any) -> Any:
-        f = click.option(
-            "--probe",
-            "--probe-level",
-            "level",
-            type=click.Choice(PROBE_LEVELS),
-            default=default,
-            show_default=True,
-            help="How far up the probe ladder to check that a recipe's kernels exist: static (read "
-            "FlashInfer's source), artifact (prebuilt cubins), spec (ask FlashInfer, no GPU), build "
-            "(nvcc), run (GPU). 'none' skips the check.",
-        )(f)
-        f = click.option(
-            "--flashinfer",
-            "flashinfer",
-            type=click.Path(path_type=Path),
-            metavar="PATH",
-            help="FlashInfer tree to probe (default: next to the target, else what --python imports).",
-        )(f)
-        return click.option(
-            "--python",
-            "python",
-            metavar="EXE",
-            help="Interpreter of the server's environment (default: this one).",
-        )(f)
-
-    return deco
-
-
-def target_options(f: Any) -> Any:
-    f = click.option(
-        "--installed",
-        is_flag=True,
-        help="Use the SGLang and FlashInfer the current Python imports (found without importing them).",
-    )(f)
-    f = click.option(
-        "--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package, when PATH holds several."
-    )(f)
-    return click.argument("paths", nargs=-1, type=click.Path(path_type=Path), metavar="[PATH]...")(f)
-
-
-def choice_options(f: Any) -> Any:
-    """--exclude and --ok-blocked: what an image build needs to run `apply` without `|| true`."""
-    f = click.option(
-        "--ok-blocked",
-        is_flag=True,
-        help="Exit 0 although recipes are `blocked` (their probe did not find the kernels, so their gate "
-        "stays shut: a safe outcome). Failed, stale, reverted and untested recipes still exit 1.",
-    )(f)
-    return click.option(
-        "--exclude",
-        "exclude",
-        multiple=True,
-        metavar="ID",
-        help="Leave this recipe out (repeatable): not probed, not written, reported as `excluded`.",
-    )(f)
+def inputs(opts: TreeOptions, only: Sequence[str] = ()) -> tuple[list[Recipe], list[Target], list[Arch], str]:
+    """What plan, apply and export read first, in this order (so the first mistake is the one
+    named): the recipes, the --recipe/--exclude ids, the trees, the archs (and where they came from)."""
+    recipes = load_recipes(opts.recipe_dir)
+    check_ids(recipes, "--recipe", only)
+    check_ids(recipes, "--exclude", opts.exclude)
+    targets = targets_for(opts.paths, opts.installed, opts.package, opts.python)
+    archs, note = recipe_probe.resolve_archs(opts.arch)
+    return recipes, targets, archs, note
 
 
 def check_ids(recipes: Sequence[Recipe], flag: str, ids: Sequence[str]) -> None:
@@ -115,41 +54,6 @@ def check_ids(recipes: Sequence[Recipe], flag: str, ids: Sequence[str]) -> None:
     unknown = [i for i in ids if i not in {r.id for r in recipes}]
     if unknown:
         raise UserError(f"{flag} {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
-recipes_option = click.option(
-    "--recipes",
-    "recipe_dir",
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Recipe folder (default: the built-in catalogue, or $SM120PATCH_RECIPES).",
-)
-
-
-def targets_for(
-    paths: Sequence[Path], installed_flag: bool, package: str | None, python: str | None = None
-) -> list[Target]:
-    """Every package tree the paths hold (an SGLang clone and a FlashInfer tree, or both in one
-    site-packages), each once; or, with --installed, what this Python (or --python EXE) imports."""
-    if installed_flag:
-        if paths:
-            raise UserError("give PATH or --installed, not both")
-        found = []
-        for pkg in [package] if package else ["sglang", "flashinfer"]:
-            try:
-                found.append(installed_for(python, pkg))
-            except UserError:
-                if package or pkg == "sglang":
-                    raise
-        return found
-    if not paths:
-        raise UserError("missing PATH: give the folder of an SGLang/FlashInfer clone or install, or --installed")
-    out: dict[Path, Target] = {}
-    for path in paths:
-        for t in discover(path, package):
-            out.setdefault(t.package_dir, t)
-    return list(out.values())
 
 
 def interrupted(targets: Sequence[Target]) -> str:
@@ -170,8 +74,27 @@ def interrupted(targets: Sequence[Target]) -> str:
     return ""
 
 
+def say_arch(archs: Sequence[Arch], note: str, as_json: bool, quiet: Sequence[str] = ("--arch",)) -> None:
+    """On stderr, which GPUs a command plans for when they were not given (or not found)."""
+    if note not in quiet and not as_json:
+        click.echo(f"arch: {', '.join(a.name for a in archs)} ({note})", err=True)
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+def write_report(
+    report: dict[str, Any], report_file: Path | None, as_json: bool, render: Callable[[dict[str, Any]], str]
+) -> None:
+    """`preflight`'s report: to --report FILE when given, then on stdout as JSON or as text."""
+    if report_file is not None:
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(render(report))
 
 
 def report(
@@ -242,41 +165,9 @@ def _print_stat(plans: Sequence[RecipePlan]) -> None:
     click.echo("  (the whole diff: the same command without --stat)")
 
 
-def make_run(
-    targets: Sequence[Target],
-    archs: Sequence[Arch],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    allow_untested: bool = False,
-) -> Run:
-    """What one plan/apply shares: the archs, the FlashInfer the probes judge, the rung."""
-    from sm120patch.engine.pipeline import Run
-
-    fi = None if level == "none" else resolve_flashinfer(targets, flashinfer, python)
-    return Run(list(archs), fi, level, lambda a, f, lv: make_probe(a, f, lv), allow_untested)
-
-
 def make_tree_probe(
     targets: Sequence[Target], archs: Sequence[Arch], level: str, flashinfer: Path | None, python: str | None
 ) -> Any:
     if level == "none":
         return None
-    return make_probe(archs, resolve_flashinfer(targets, flashinfer, python), level)
-
-
-def installed_for(python: str | None, package: str) -> Target:
-    """The package `python` imports (this interpreter by default), located without importing it."""
-    if python is None:
-        return installed(package)
-    import subprocess
-
-    code = f"import importlib.util as u; s = u.find_spec({package!r}); print(list(s.submodule_search_locations)[0])"
-    try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
-    except OSError as e:
-        raise UserError(f"--python {python}: cannot run it ({e.strerror}); give the server's interpreter") from None
-    if r.returncode != 0:
-        raise UserError(f"{python}: {package} is not installed there; give PATH or another --python")
-    pkg = Path(r.stdout.strip().splitlines()[-1])
-    return discover(pkg.parent, package)[0]
+    return recipe_probe.make_probe(archs, recipe_probe.resolve_flashinfer(targets, flashinfer, python), level)

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from sm120patch import cli
 from sm120patch.cli import common
-from sm120patch.cli.bundle import bundle_option, preflight_bundle
-from sm120patch.cli.common import (
-    arch_option,
-    emit_json,
-    json_option,
-    probe_options,
-    recipes_option,
-)
+from sm120patch.cli.bundle import preflight_bundle
+from sm120patch.cli.common import emit_json
+from sm120patch.cli.options import TreeOptions, bundle_option, tree_options
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
-from sm120patch.planning.targets import discover
+from sm120patch.planning.targets import discover, targets_for
 from sm120patch.probes.recipe_probe import resolve_archs, resolve_flashinfer
 from sm120patch.status import fails
 
@@ -27,15 +21,14 @@ if TYPE_CHECKING:
     from sm120patch.catalogue.recipes import Recipe
 
 
-@click.command("recipes")
-@recipes_option
-@json_option
-def recipes_cmd(recipe_dir: Path | None, as_json: bool) -> None:
+@click.command("recipes", short_help=cli.summary("recipes"))
+@tree_options(targets=False, arch=False)
+def recipes_cmd(opts: TreeOptions) -> int:
     """List the recipe catalogue: what each opens, for which versions and GPUs, and why."""
-    recipes = common.load_recipes(recipe_dir)
-    if as_json:
+    recipes = common.load_recipes(opts.recipe_dir)
+    if opts.as_json:
         emit_json({"recipes": [_recipe_dict(r) for r in recipes]})
-        return
+        return EXIT_OK
     for r in recipes:
         click.echo(f"{r.id}  ({r.package} {r.versions}; {', '.join(a.name for a in r.arch)})")
         click.echo(f"  {r.title}")
@@ -45,6 +38,7 @@ def recipes_cmd(recipe_dir: Path | None, as_json: bool) -> None:
             click.echo(f"  needs: {', '.join(r.needs)}")
         click.echo(f"  edits: {', '.join(e.name for e in r.edits)}")
         click.echo("")
+    return EXIT_OK
 
 
 def _recipe_dict(r: Recipe) -> dict[str, Any]:
@@ -64,19 +58,10 @@ def _recipe_dict(r: Recipe) -> dict[str, Any]:
     }
 
 
-@click.command("probe")
+@click.command("probe", short_help=cli.summary("probe"))
 @click.argument("kernels", nargs=-1, metavar="KERNEL...")
-@arch_option
-@probe_options("spec")
-@json_option
-def probe_cmd(
-    kernels: tuple[str, ...],
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    as_json: bool,
-) -> None:
+@tree_options("spec", targets=False, recipes=False)
+def probe_cmd(opts: TreeOptions, kernels: tuple[str, ...]) -> int:
     """Climb the probe ladder for kernels (default: every kernel in the catalogue).
 
     Each line says the rung the verdict reached and, when lower, the rung asked for.
@@ -96,16 +81,17 @@ def probe_cmd(
     unknown = [k for k in names if k not in catalogue]
     if unknown:
         raise UserError(f"{', '.join(unknown)}: not in the kernel catalogue; known: {', '.join(sorted(catalogue))}")
+    level = opts.level
     if level == "none":
         raise UserError("--probe none probes nothing; pick a rung: static, artifact, spec, build or run")
-    archs, arch_note = resolve_archs(arch)
-    fi = resolve_flashinfer([], flashinfer, python)
+    archs, arch_note = resolve_archs(opts.arch)
+    fi = resolve_flashinfer([], opts.flashinfer, opts.python)
     if not fi.found:
         raise UserError(f"no FlashInfer to probe ({fi.error}); pass --flashinfer PATH or --python EXE")
     cache = ProbeCache()
     prefetch_spec(names, archs, fi, level, cache)  # one FlashInfer import per arch, not one per check
     verdicts = [probe_kernel(k, a, fi, level, cache) for k in names for a in archs]
-    if as_json:
+    if opts.as_json:
         emit_json(
             {
                 "flashinfer": fi.to_dict(),
@@ -123,15 +109,13 @@ def probe_cmd(
                 click.echo(f"      {line}")
     # a pass that stands on a lower rung than asked is not what was asked for: say so, exit 1
     proven = all(v.result == "pass" and not v.short_of_asked for v in verdicts)
-    sys.exit(EXIT_OK if proven else EXIT_FAILED)
+    return EXIT_OK if proven else EXIT_FAILED
 
 
-@click.command("preflight")
+@click.command("preflight", short_help=cli.summary("preflight"))
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--package", type=click.Choice(["sglang", "flashinfer"]), help="Only this package.")
-@arch_option
-@probe_options("spec")
-@recipes_option
+@tree_options("spec", targets=False)
 @click.option("--no-torch", is_flag=True, help="Skip asking torch (in a subprocess) for its CUDA and arch list.")
 @bundle_option(
     "Check this node against a bundle: the installed packages are its releases holding its patched bytes, "
@@ -155,22 +139,15 @@ def probe_cmd(
     "holding PATH).",
 )
 @click.option("--no-census", is_flag=True, help="Skip the census of compiled extensions (SASS/PTX per GPU).")
-@json_option
 def preflight_cmd(
+    opts: TreeOptions,
     path: Path | None,
-    package: str | None,
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    recipe_dir: Path | None,
     no_torch: bool,
     bundle_dir: Path | None,
     report_file: Path | None,
     site_packages: tuple[Path, ...],
     no_census: bool,
-    as_json: bool,
-) -> None:
+) -> int:
     """What will sm120patch do on this box? GPUs, driver, CUDA, torch, the SGLang and
     FlashInfer it would patch and probe, and per recipe: status, probe verdict, rung, advice.
     Then a census of every installed distribution with compiled CUDA code (torch,
@@ -193,35 +170,26 @@ def preflight_cmd(
     from sm120patch.engine.preflight import preflight, render
 
     if bundle_dir is not None:
-        if package or recipe_dir:
+        if opts.package or opts.recipe_dir:
             raise UserError("--bundle checks the bundle's recipes: leave out --package and --recipes")
-        code = preflight_bundle(
-            bundle_dir, path, arch, level, flashinfer, python, as_json=as_json, report_file=report_file
-        )
-        sys.exit(code)
+        return preflight_bundle(bundle_dir, path, opts, report_file)
 
-    recipes = common.load_recipes(recipe_dir)
+    recipes = common.load_recipes(opts.recipe_dir)
     # what `apply --installed` would patch (both packages where both are installed: bug 13)
-    targets = common.targets_for([], True, package, python) if path is None else discover(path, package)
-    archs, arch_note = resolve_archs(arch)
-    fi = resolve_flashinfer(targets, flashinfer, python)
+    targets = targets_for([], True, opts.package, opts.python) if path is None else discover(path, opts.package)
+    archs, arch_note = resolve_archs(opts.arch)
+    fi = resolve_flashinfer(targets, opts.flashinfer, opts.python)
     report = preflight(
         targets,
         recipes,
         archs,
         arch_note,
         fi,
-        level,
+        opts.level,
         with_torch=not no_torch,
-        python=python,
+        python=opts.python,
         census_sites=None if no_census else list(site_packages),
     )
-    if report_file is not None:
-        report_file.parent.mkdir(parents=True, exist_ok=True)
-        report_file.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    if as_json:
-        emit_json(report)
-    else:
-        click.echo(render(report))
+    common.write_report(report, report_file, opts.as_json, render)
     blocked = any(fails(r["status"]) for r in report["recipes"])
-    sys.exit(EXIT_FAILED if blocked else EXIT_OK)
+    return EXIT_FAILED if blocked else EXIT_OK

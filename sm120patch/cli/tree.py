@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from sm120patch import cli
 from sm120patch.cli import common
-from sm120patch.cli.bundle import apply_bundle, bundle_option
-from sm120patch.cli.common import (
-    arch_option,
-    check_ids,
-    choice_options,
-    emit_json,
-    json_option,
-    probe_options,
+from sm120patch.cli.bundle import apply_bundle
+from sm120patch.cli.common import emit_json, report
+from sm120patch.cli.options import (
+    ALLOW_UNTESTED,
+    TreeOptions,
+    allow_untested_option,
+    bundle_option,
     recipes_option,
-    report,
-    target_options,
-    targets_for,
+    tree_options,
+    wait_option,
 )
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.hints import apply_command, rollback_command
+from sm120patch.planning.targets import targets_for
 from sm120patch.probes.recipe_probe import resolve_archs
 from sm120patch.status import APPLIED
 
@@ -33,36 +32,12 @@ if TYPE_CHECKING:
     from sm120patch.planning.targets import Target
 
 
-@click.command("plan")
-@target_options
-@arch_option
-@probe_options("static")
-@recipes_option
-@click.option(
-    "--allow-untested",
-    is_flag=True,
-    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
-)
+@click.command("plan", short_help=cli.summary("plan"))
+@tree_options("static", choice=True)
+@allow_untested_option(ALLOW_UNTESTED)
 @click.option("--no-diff", is_flag=True, help="Statuses only.")
 @click.option("--stat", "stat", is_flag=True, help="One line per file changed (lines added and removed), not the diff.")
-@choice_options
-@json_option
-def plan_cmd(
-    paths: tuple[Path, ...],
-    installed: bool,
-    package: str | None,
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    recipe_dir: Path | None,
-    allow_untested: bool,
-    no_diff: bool,
-    stat: bool,
-    exclude: tuple[str, ...],
-    ok_blocked: bool,
-    as_json: bool,
-) -> None:
+def plan_cmd(opts: TreeOptions, no_diff: bool, stat: bool) -> int:
     """Dry run: each recipe's status on PATH and the unified diff it would write.
 
     PATH may be given twice: an SGLang tree and the FlashInfer it runs on (or one
@@ -74,73 +49,42 @@ def plan_cmd(
     applied one whose kernels are gone from the FlashInfer now in front of it, `stale`
     (exit 1, with the rollback command).
     """
-    from sm120patch.engine.pipeline import plan_many
+    from sm120patch.engine.pipeline import RunSettings, plan_many
 
-    recipes = common.load_recipes(recipe_dir)
-    check_ids(recipes, "--exclude", exclude)
-    targets = targets_for(paths, installed, package, python)
-    archs, arch_note = resolve_archs(arch)
-    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
-    plans = plan_many(targets, recipes, run, exclude=exclude)
-    if arch_note != "--arch" and not as_json:
-        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
+    recipes, targets, archs, arch_note = common.inputs(opts)
+    run = RunSettings.probing(targets, archs, opts.level, opts.flashinfer, opts.python, opts.allow_untested)
+    plans = plan_many(targets, recipes, run, exclude=opts.exclude)
+    common.say_arch(archs, arch_note, opts.as_json)
     killed = common.interrupted(targets)
-    if killed and not as_json:
+    if killed and not opts.as_json:
         click.echo(killed, err=True)
-    code = report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked, stat=stat,
+    code = report(archs, targets, plans, opts.as_json, show_diff=not no_diff, ok_blocked=opts.ok_blocked, stat=stat,
                   extra={"interrupted": killed} if killed else None)  # fmt: skip
-    sys.exit(EXIT_FAILED if killed else code)
+    return EXIT_FAILED if killed else code
 
 
-@click.command("apply")
-@target_options
-@arch_option
-@probe_options("spec")
-@recipes_option
+@click.command("apply", short_help=cli.summary("apply"))
+@tree_options("spec", choice=True)
 @click.option("--recipe", "only", multiple=True, metavar="ID", help="Apply only this recipe (repeatable).")
 @click.option("--force", is_flag=True, help="Apply over uncommitted changes in a git target.")
 @click.option("--commit", is_flag=True, help="On a git target, commit each recipe on branch sm120patch/<arch>.")
-@click.option(
-    "--wait",
-    "wait_s",
-    type=float,
-    default=0.0,
-    metavar="SECONDS",
-    help="Wait this long for another run on the same tree to finish.",
-)
-@click.option(
-    "--allow-untested",
-    is_flag=True,
-    help="Also plan/apply recipes on releases newer than the newest they were tested on (status `untested`).",
-)
+@wait_option
+@allow_untested_option(ALLOW_UNTESTED)
 @click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
 @bundle_option(
     "Apply this bundle (`sm120patch export -o DIR`) instead of the catalogue: its patches, byte for byte, "
     "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
     "its releases or bytes are not the bundle's."
 )
-@choice_options
-@json_option
 def apply_cmd(
-    paths: tuple[Path, ...],
-    installed: bool,
-    package: str | None,
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    recipe_dir: Path | None,
+    opts: TreeOptions,
     only: tuple[str, ...],
     force: bool,
     commit: bool,
     wait_s: float,
-    allow_untested: bool,
     no_diff: bool,
     bundle_dir: Path | None,
-    exclude: tuple[str, ...],
-    ok_blocked: bool,
-    as_json: bool,
-) -> None:
+) -> int:
     """Apply every applicable recipe to PATH whose kernels the probe proves: probe, then
     journal, then write. With an SGLang tree and a FlashInfer tree (two PATHs, or one
     site-packages), FlashInfer goes first and the SGLang probes judge it patched.
@@ -156,62 +100,35 @@ def apply_cmd(
     apply --bundle DIR --arch sm_120`, no GPU needed); `rollback` and `status` work as after
     any apply.
     """
-    from sm120patch.engine.pipeline import apply_many
+    from sm120patch.engine.pipeline import RunSettings, apply_many
 
     if bundle_dir is not None:
-        if only or recipe_dir or allow_untested or package or exclude:
+        if only or opts.recipe_dir or opts.allow_untested or opts.package or opts.exclude:
             raise UserError(
                 "--bundle applies the bundle's own recipes: leave out --recipe, --exclude, --recipes, --package, "
                 "--allow-untested"
             )
-        if installed and paths:
+        if opts.installed and opts.paths:
             raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
-        code = apply_bundle(
-            bundle_dir, paths, arch, level, flashinfer, python,
-            force=force, commit=commit, wait_s=wait_s, show_diff=not no_diff, as_json=as_json,
-        )  # fmt: skip
-        sys.exit(code)
+        return apply_bundle(bundle_dir, opts, force=force, commit=commit, wait_s=wait_s, no_diff=no_diff)
 
-    recipes = common.load_recipes(recipe_dir)
-    check_ids(recipes, "--recipe", only)
-    check_ids(recipes, "--exclude", exclude)
-    targets = targets_for(paths, installed, package, python)
-    archs, arch_note = resolve_archs(arch)
-    if arch_note != "--arch" and not as_json:
-        click.echo(f"arch: {', '.join(a.name for a in archs)} ({arch_note})", err=True)
-    run = common.make_run(targets, archs, level, flashinfer, python, allow_untested)
+    recipes, targets, archs, arch_note = common.inputs(opts, only)
+    common.say_arch(archs, arch_note, opts.as_json)
+    run = RunSettings.probing(targets, archs, opts.level, opts.flashinfer, opts.python, opts.allow_untested)
     plans = apply_many(
-        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=exclude
+        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=opts.exclude
     )
-    sys.exit(report(archs, targets, plans, as_json, show_diff=not no_diff, ok_blocked=ok_blocked))
+    return report(archs, targets, plans, opts.as_json, show_diff=not no_diff, ok_blocked=opts.ok_blocked)
 
 
-@click.command("rollback")
-@target_options
+@click.command("rollback", short_help=cli.summary("rollback"))
+@tree_options(arch=False, recipes=False)
 @click.option("--recipe", "ids", multiple=True, metavar="ID", help="Roll back only this recipe (repeatable).")
 @click.option("--force", is_flag=True, help="Restore even files edited since apply (your version is kept).")
-@click.option(
-    "--wait",
-    "wait_s",
-    type=float,
-    default=0.0,
-    metavar="SECONDS",
-    help="Wait this long for another run on the same tree to finish.",
-)
+@wait_option
 @recipes_option
 @click.option("--python", "python", metavar="EXE", help="With --installed: the packages this interpreter imports.")
-@json_option
-def rollback_cmd(
-    paths: tuple[Path, ...],
-    installed: bool,
-    package: str | None,
-    ids: tuple[str, ...],
-    force: bool,
-    wait_s: float,
-    recipe_dir: Path | None,
-    python: str | None,
-    as_json: bool,
-) -> None:
+def rollback_cmd(opts: TreeOptions, ids: tuple[str, ...], force: bool, wait_s: float) -> int:
     """Restore the original bytes of every file sm120patch changed (or only --recipe ID's).
 
     Also finishes an apply that was killed midway, returning those files to their
@@ -227,12 +144,12 @@ def rollback_cmd(
     """
     from sm120patch.engine.pipeline import rollback_many
 
-    recipes = common.load_recipes(recipe_dir)
-    targets = targets_for(paths, installed, package, python)
+    recipes = common.load_recipes(opts.recipe_dir)
+    targets = targets_for(opts.paths, opts.installed, opts.package, opts.python)
     results = rollback_many(targets, recipes, ids=ids or None, force=force, wait_s=wait_s)
-    if as_json:
+    if opts.as_json:
         emit_json({"targets": results})
-        return
+        return EXIT_OK
     for r in results:
         t = r["target"]
         if r.get("because"):
@@ -252,25 +169,12 @@ def rollback_cmd(
             click.echo(f"  your edited version was kept at {c}")
         if r["remaining"]:
             click.echo(f"  still applied:  {', '.join(r['remaining'])}")
+    return EXIT_OK
 
 
-@click.command("status")
-@target_options
-@arch_option
-@probe_options("static")
-@recipes_option
-@json_option
-def status_cmd(
-    paths: tuple[Path, ...],
-    installed: bool,
-    package: str | None,
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    recipe_dir: Path | None,
-    as_json: bool,
-) -> None:
+@click.command("status", short_help=cli.summary("status"))
+@tree_options("static")
+def status_cmd(opts: TreeOptions) -> int:
     """What sm120patch has applied to PATH, which files changed since, and whether each
     recipe's proof still holds for the FlashInfer in front of it (default: the one it was
     proven against; --flashinfer/--python to name another).
@@ -280,10 +184,10 @@ def status_cmd(
     """
     from sm120patch.engine import tree as engine
 
-    targets = targets_for(paths, installed, package, python)
-    recipes = common.load_recipes(recipe_dir)
-    archs = _status_archs(targets, arch)
-    probe = common.make_tree_probe(targets, archs, level, flashinfer, python) if archs else None
+    targets = targets_for(opts.paths, opts.installed, opts.package, opts.python)
+    recipes = common.load_recipes(opts.recipe_dir)
+    archs = _status_archs(targets, opts.arch)
+    probe = common.make_tree_probe(targets, archs, opts.level, opts.flashinfer, opts.python) if archs else None
     results = [{"target": t.to_dict(), **engine.status(t, recipes, probe)} for t in targets]
     from sm120patch.verify import record  # verify's verdicts, kept beside the journal (no httpx)
 
@@ -298,9 +202,9 @@ def status_cmd(
         or any(f["state"] != "as-applied" for f in r["files"])
         for r in results
     )
-    if as_json:
+    if opts.as_json:
         emit_json({"targets": results})
-        sys.exit(EXIT_FAILED if bad else EXIT_OK)
+        return EXIT_FAILED if bad else EXIT_OK
     for r in results:
         t = r["target"]
         click.echo(f"{t['package']} {t['version']} at {t['root']}")
@@ -332,7 +236,7 @@ def status_cmd(
             click.echo(f"    {f['path']}{mark}")
         for line in record.status_lines(r["verify"], [a["id"] for a in r["applied"]]):
             click.echo(f"  {line}")
-    sys.exit(EXIT_FAILED if bad else EXIT_OK)
+    return EXIT_FAILED if bad else EXIT_OK
 
 
 def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arch]:
@@ -347,17 +251,18 @@ def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arc
     return sorted({parse_arch(n) for n in names})
 
 
-@click.command("clone")
+@click.command("clone", short_help=cli.summary("clone"))
 @click.argument("source", metavar="URL[@REF]")
 @click.argument("dest", type=click.Path(path_type=Path))
-@json_option
-def clone_cmd(source: str, dest: Path, as_json: bool) -> None:
+@tree_options(targets=False, arch=False, recipes=False)
+def clone_cmd(opts: TreeOptions, source: str, dest: Path) -> int:
     """Make a fresh clone to patch: `sm120patch clone https://github.com/sgl-project/sglang@v0.5.9 sglang`."""
     from sm120patch.engine.gitops import clone
 
     info = clone(source, dest)
-    if as_json:
+    if opts.as_json:
         emit_json(info)
     else:
         click.echo(f"cloned {info['url']} at {info['ref'] or 'default branch'} ({info['commit'][:12]}) into {dest}")
         click.echo(f"next: sm120patch plan {dest}")
+    return EXIT_OK

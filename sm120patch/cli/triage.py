@@ -12,11 +12,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sm120patch.errors import EXIT_USAGE, TargetError, UserError
+from sm120patch import cli
+from sm120patch.errors import TargetError, UserError
 from sm120patch.hints import rollback_command
 from sm120patch.triage import log_input
 
@@ -25,11 +26,6 @@ if TYPE_CHECKING:
 
 RollbackFn = Callable[[Path, list[str]], list[str]]
 AppliedFn = Callable[[Path], set[str]]
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"sm120patch: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
 
 
 def engine_hooks() -> tuple[AppliedFn, RollbackFn]:
@@ -63,14 +59,14 @@ def _journal(target: Path | None) -> set[str] | None:
         return set(applied(target))
     except ImportError:
         click.echo("warning: the engine is not available; the journal is unknown", err=True)
-    except TargetError as e:
-        _fail(str(e))
+    except TargetError:  # a wrong --target is the user's to fix: main says so
+        raise
     except UserError as e:
         click.echo(f"warning: journal not read ({e}); treating it as unknown", err=True)
     return None
 
 
-@click.command("diagnose")
+@click.command("diagnose", short_help=cli.summary("diagnose"))
 @click.argument("logfile", required=False, default="-")
 @click.option(
     "--target",
@@ -82,7 +78,7 @@ def _journal(target: Path | None) -> set[str] | None:
     "--json", "as_json", is_flag=True, help="Machine-readable output (its shape: sm120patch/triage/diagnose.py)."
 )
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
-def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> None:
+def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> int:
     """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
 
     Exit 0: a cause was named (or the log shows no error); 1: the log shows a fatal
@@ -97,29 +93,25 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
     from sm120patch.triage.diagnose import diagnose, read_lines
     from sm120patch.triage.signatures import load_signatures
 
-    try:
-        signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
-    except UserError as e:
-        _fail(str(e))
-    if target is not None and not target.exists():
-        _fail(f"{target}: target not found; pass the tree sm120patch apply was run on")
+    signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
+    _check_target(target)
     recipes = _recipes(recipe_dir)
     journal = _journal(target)
     try:
         stream = sys.stdin.buffer if logfile == "-" else open(logfile, "rb")  # noqa: SIM115
     except OSError as e:
-        _fail(f"{logfile}: cannot read the log ({e.strerror}); give the server's log file or - for stdin")
+        raise UserError(_unreadable(logfile, e)) from None
     name = "stdin" if logfile == "-" else logfile
     try:
         problem = log_input.check_head(log_input.head(stream), name)
         if problem:
-            _fail(problem)
+            raise UserError(problem)
         lines = read_lines(stream)
         if sys.stderr.isatty():
             lines = log_input.with_progress(lines, stream, name)
         result = diagnose(lines, recipes, journal, signatures=signatures, target=target)
     except OSError as e:
-        _fail(f"{name}: cannot read the log ({e.strerror}); give the server's log file or - for stdin")
+        raise UserError(_unreadable(name, e)) from None
     finally:
         if logfile != "-":
             stream.close()
@@ -137,10 +129,19 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
         click.echo(result.render())
-    sys.exit(result.exit_code)
+    return result.exit_code
 
 
-@click.command("guard", context_settings={"ignore_unknown_options": True})
+def _unreadable(name: str, e: OSError) -> str:
+    return f"{name}: cannot read the log ({e.strerror}); give the server's log file or - for stdin"
+
+
+def _check_target(target: Path | None) -> None:
+    if target is not None and not target.exists():
+        raise UserError(f"{target}: target not found; pass the tree sm120patch apply was run on")
+
+
+@click.command("guard", context_settings={"ignore_unknown_options": True}, short_help=cli.summary("guard"))
 @click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to.")
 @click.option("--restart", is_flag=True, help="After rolling back, start the server once more.")
 @click.option("--ready-pattern", default=None, help="Regex of the output line that means ready.")
@@ -173,7 +174,7 @@ def guard_cmd(
     canary_tokens: int,
     recipe_dir: Path | None,
     command: tuple[str, ...],
-) -> None:
+) -> int:
     """Run a server (after --), roll back the recipe that crashes it on startup, optionally restart.
 
     Example: sm120patch guard --target ./sglang --restart -- python -m sglang.launch_server ...
@@ -181,29 +182,25 @@ def guard_cmd(
     from sm120patch.triage import guard
     from sm120patch.triage.signatures import load_signatures
 
-    if target is not None and not target.exists():
-        _fail(f"{target}: target not found; pass the tree sm120patch apply was run on")
-    try:
-        signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
-        opts = guard.GuardOptions(
-            command=list(command),
-            target=target,
-            ready_pattern=ready_pattern or guard.DEFAULT_READY,
-            ready_url=ready_url,
-            timeout=guard.DEFAULT_TIMEOUT if timeout is None else timeout,
-            restart=restart,
-            grace=guard.DEFAULT_GRACE if grace is None else grace,
-            canary=_canary(canary, canary_url, ready_url, canary_tokens),
-        )
-        log = guard.GuardLog(path=log_path)
-    except UserError as e:
-        _fail(str(e))
+    _check_target(target)
+    signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
+    opts = guard.GuardOptions(
+        command=list(command),
+        target=target,
+        ready_pattern=ready_pattern or guard.DEFAULT_READY,
+        ready_url=ready_url,
+        timeout=guard.DEFAULT_TIMEOUT if timeout is None else timeout,
+        restart=restart,
+        grace=guard.DEFAULT_GRACE if grace is None else grace,
+        canary=_canary(canary, canary_url, ready_url, canary_tokens),
+    )
+    log = guard.GuardLog(path=log_path)
     applied, rollback = _hooks_or_none(target)
     if target is not None:
         try:
             applied(target)  # a wrong --target is bad usage, found before the server starts
-        except TargetError as e:
-            _fail(str(e))
+        except TargetError:
+            raise
         except Exception:  # an unreadable journal is guard's to report, per launch
             pass
         _take_back_stale(target, rollback, log)
@@ -216,11 +213,9 @@ def guard_cmd(
             signatures=signatures,
             log=log,
         )
-    except UserError as e:
-        _fail(str(e))
     finally:
         log.close()
-    sys.exit(code)
+    return code
 
 
 def _canary(interval: float | None, url: str | None, ready_url: str | None, tokens: int) -> Any:

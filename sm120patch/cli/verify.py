@@ -6,15 +6,16 @@ sm120patch/verify/ (imported when the command runs, so `--help` does not load ht
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
+from sm120patch import cli
 from sm120patch.cli import common
-from sm120patch.cli.common import arch_option, emit_json, json_option, probe_options, recipes_option, target_options
+from sm120patch.cli.common import emit_json
+from sm120patch.cli.options import TreeOptions, tree_options
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 
 
@@ -32,11 +33,8 @@ class _ServerAfterDashes(click.Command):
         return [*super().collect_usage_pieces(ctx), "-- SERVER COMMAND..."]
 
 
-@click.command("verify", cls=_ServerAfterDashes)
-@target_options
-@arch_option
-@probe_options("spec")
-@recipes_option
+@click.command("verify", cls=_ServerAfterDashes, short_help=cli.summary("verify"))
+@tree_options("spec")
 @click.option(
     "--recipe", "only", multiple=True, metavar="ID", help="Recipe to verify (repeatable). Default: the applied ones."
 )
@@ -101,9 +99,7 @@ class _ServerAfterDashes(click.Command):
     default=None,
     help="Report and server logs [default: ./sm120patch-verify-TIME].",
 )
-@json_option
-@click.pass_context
-def verify_cmd(ctx: click.Context, **kw: Any) -> None:
+def verify_cmd(opts: TreeOptions, **kw: Any) -> int:
     """Launch your server with and without the recipes, drive a fixed greedy workload through its
     OpenAI API, and keep each recipe only where it is not slower beyond the measured noise and its
     answers agree; roll back the rest through the journal.
@@ -122,42 +118,27 @@ def verify_cmd(ctx: click.Context, **kw: Any) -> None:
     Exit 0: every candidate kept; 1: one was rolled back, or the baseline would not serve;
     2: bad usage; 130: interrupted (the tree put back).
     """
-    command = ctx.meta.get("server_command") or []
+    command = click.get_current_context().meta.get("server_command") or []
     if not command:
         raise UserError(
             "verify: no server command; give it after --, e.g. verify PATH -- python -m sglang.launch_server ..."
         )
-    code = run_verify(command, **kw)
-    sys.exit(code)
+    return run_verify(command, opts, **kw)
 
 
 def run_verify(
     command: list[str],
+    opts: TreeOptions,
     *,
-    paths: tuple[Path, ...],
-    installed: bool,
-    package: str | None,
-    arch: tuple[str, ...],
-    level: str,
-    flashinfer: Path | None,
-    python: str | None,
-    recipe_dir: Path | None,
     only: tuple[str, ...],
-    one_at_a_time: bool,
     concurrencies: tuple[int, ...],
-    output_len: int,
-    requests: int | None,
-    repeats: int,
-    ready_timeout: float,
-    request_timeout: float,
-    noise_floor: float,
     url: str,
-    model: str | None,
-    warmup: int | None,
-    grace: float,
     out_dir: Path | None,
-    as_json: bool,
+    **workload: Any,
 ) -> int:
+    """The A/B itself; `workload` is the rest of verify's options, named as `verify.runner.Options` names them."""
+    from sm120patch.engine.pipeline import RunSettings
+    from sm120patch.planning.targets import targets_for
     from sm120patch.probes.recipe_probe import resolve_archs
     from sm120patch.triage.signatures import load_signatures
     from sm120patch.verify import record, report
@@ -166,15 +147,13 @@ def run_verify(
 
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--url: {url!r} is not an http(s) URL; e.g. http://127.0.0.1:30000")
-    recipes = common.load_recipes(recipe_dir)
-    signatures = load_signatures(recipe_dir / "signatures.toml" if recipe_dir else None)
+    recipes = common.load_recipes(opts.recipe_dir)
+    signatures = load_signatures(opts.recipe_dir / "signatures.toml" if opts.recipe_dir else None)
     known = {r.id: r for r in recipes}
-    unknown = [i for i in only if i not in known]
-    if unknown:
-        raise UserError(f"--recipe {', '.join(unknown)}: no such recipe; see `sm120patch recipes`")
-    targets = common.targets_for(paths, installed, package)
-    archs, _ = resolve_archs(arch)
-    run = common.make_run(targets, archs, level, flashinfer, python)
+    common.check_ids(recipes, "--recipe", only)
+    targets = targets_for(opts.paths, opts.installed, opts.package)
+    archs, _ = resolve_archs(opts.arch)
+    run = RunSettings.probing(targets, archs, opts.level, opts.flashinfer, opts.python)
     candidates = list(dict.fromkeys(only))
     if not candidates:
         from sm120patch.engine.tree import applied_recipes
@@ -183,26 +162,17 @@ def run_verify(
     if not candidates:
         raise UserError(f"{targets[0].root}: nothing to verify; apply recipes first, or name them with --recipe ID")
     out = out_dir or Path(f"sm120patch-verify-{time.strftime('%Y%m%d-%H%M%S')}")
-    opts = Options(
+    ab = Options(
         command=list(command),
         candidates=candidates,
         base_url=url,
         concurrencies=list(dict.fromkeys(concurrencies)) or [8, 32],
-        output_len=output_len,
-        requests=requests,
-        repeats=repeats,
-        one_at_a_time=one_at_a_time,
-        ready_timeout=ready_timeout,
-        request_timeout=request_timeout,
-        noise_floor=noise_floor,
-        warmup=warmup,
-        grace=grace,
-        model=model,
         out_dir=out,
+        **workload,
     )
     tree = Tree(targets, recipes, run, candidates)
     try:
-        result = Runner(opts, tree, recipes, signatures=signatures).run()
+        result = Runner(ab, tree, recipes, signatures=signatures).run()
     except BaselineFailed as e:
         click.echo(f"sm120patch: verify: {e}; the tree is as it was, nothing decided", err=True)
         return EXIT_FAILED
@@ -212,7 +182,7 @@ def run_verify(
         mine = [d for d in result["decisions"] if any(known[r].package == t.package for r in d["recipes"])]
         if mine:
             record.write(t.root, mine, paths_written["markdown"])
-    if as_json:
+    if opts.as_json:
         emit_json(result)
     else:
         for line in report.lines(result):

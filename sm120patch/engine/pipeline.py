@@ -48,7 +48,7 @@ MakeProbe = Callable[[Sequence[Arch], Any, str], "engine.Probe | None"]
 
 
 @dataclass
-class Run:
+class RunSettings:
     """What every target of one command shares."""
 
     archs: list[Arch]
@@ -63,9 +63,26 @@ class Run:
         return self.make_probe(self.archs, fi, self.level)
 
     @classmethod
-    def with_probe(cls, archs: Sequence[Arch], probe: engine.Probe | None, allow_untested: bool = False) -> Run:
+    def with_probe(cls, archs: Sequence[Arch], probe: engine.Probe | None, allow_untested: bool = False) -> RunSettings:
         """A run whose probe is given (engine.apply's callers): no FlashInfer is resolved or mirrored."""
         return cls(list(archs), None, "given", lambda a, f, lv: probe, allow_untested, fixed=True)
+
+    @classmethod
+    def probing(
+        cls,
+        targets: Sequence[Target],
+        archs: Sequence[Arch],
+        level: str,
+        flashinfer: Path | None,
+        python: str | None,
+        allow_untested: bool = False,
+    ) -> RunSettings:
+        """What one plan/apply/export shares: the catalogue's probe at `level`, judging the FlashInfer
+        the targets run on (--flashinfer, else beside them, else what `python` imports; none at `none`)."""
+        from sm120patch.probes import recipe_probe
+
+        fi = None if level == "none" else recipe_probe.resolve_flashinfer(targets, flashinfer, python)
+        return cls(list(archs), fi, level, lambda a, f, lv: recipe_probe.make_probe(a, f, lv), allow_untested)
 
 
 def ordered(targets: Sequence[Target]) -> list[Target]:
@@ -82,7 +99,7 @@ def _package_changes(t: Target, plans: Sequence[RecipePlan]) -> dict[str, bytes]
     return out
 
 
-def _fi_of(t: Target, run: Run) -> FlashInferEnv | None:
+def _fi_of(t: Target, run: RunSettings) -> FlashInferEnv | None:
     if run.fixed:
         return None
     return from_tree(t.package_dir, python=run.fi.python if run.fi else None)
@@ -117,7 +134,7 @@ class Choice:
 def plan_target(
     t: Target,
     recipes: Sequence[Recipe],
-    run: Run,
+    run: RunSettings,
     journal: Journal,
     fi_new: FlashInferEnv | None,
     choice: Choice = Choice(),  # noqa: B008 - frozen
@@ -190,7 +207,7 @@ def _note_obsolete(journal: Journal, t: Target, plans: Sequence[RecipePlan]) -> 
 def plan_many(
     targets: Sequence[Target],
     recipes: Sequence[Recipe],
-    run: Run,
+    run: RunSettings,
     *,
     only: Sequence[str] | None = None,
     exclude: Sequence[str] | None = None,
@@ -300,7 +317,7 @@ def _retire_all(journals: dict[Path, Journal], targets: Sequence[Target]) -> dic
 def apply_many(
     targets: Sequence[Target],
     recipes: Sequence[Recipe],
-    run: Run,
+    run: RunSettings,
     *,
     force: bool = False,
     commit: bool = False,

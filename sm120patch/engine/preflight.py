@@ -47,10 +47,10 @@ def preflight(
         prefetch_spec([n for r in recipes for n in r.needs], archs, fi, level, ProbeCache())
     if any(t.package == "flashinfer" for t in targets):
         # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
-        from sm120patch.engine.pipeline import Run, plan_many
+        from sm120patch.engine.pipeline import RunSettings, plan_many
 
         by_pkg = {t.package: t for t in targets}
-        planned = plan_many(targets, recipes, Run(list(archs), fi, level, make_probe))
+        planned = plan_many(targets, recipes, RunSettings(list(archs), fi, level, make_probe))
         pairs = [(by_pkg[p.recipe.package], p) for p in planned]
     else:
         pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
@@ -114,7 +114,7 @@ def _note_backport(
     blocked = [r for r in rows if r["status"] == BLOCKED and r["package"] == "sglang"]
     if not blocked or not getattr(fi, "found", False) or not any(r.package == "flashinfer" for r in recipes):
         return
-    from sm120patch.engine.pipeline import Run, plan_many
+    from sm120patch.engine.pipeline import RunSettings, plan_many
     from sm120patch.errors import UserError
     from sm120patch.hints import apply_command
     from sm120patch.planning.targets import discover
@@ -124,7 +124,7 @@ def _note_backport(
     except UserError:
         return  # not a tree sm120patch can patch (no version, say): nothing to advise
     both = [*fi_targets, *targets]
-    planned = {p.recipe.id: p for p in plan_many(both, recipes, Run(list(archs), fi, level, make_probe))}
+    planned = {p.recipe.id: p for p in plan_many(both, recipes, RunSettings(list(archs), fi, level, make_probe))}
     fixes = [i for i, p in planned.items() if p.recipe.package == "flashinfer" and p.status == APPLICABLE]
     for r in blocked:
         if fixes and (p := planned.get(r["id"])) is not None and p.status == APPLICABLE:

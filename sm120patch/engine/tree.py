@@ -86,10 +86,10 @@ def make_plan(
 ) -> list[RecipePlan]:
     """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`,
     an applied one whose proof no longer holds is `stale` (`transaction.plan_many`, one target)."""
-    from sm120patch.engine.pipeline import Run, plan_many
+    from sm120patch.engine.pipeline import RunSettings, plan_many
 
     archs = [arch] if isinstance(arch, Arch) else list(arch)
-    return plan_many([target], recipes, Run.with_probe(archs, probe, allow_untested))
+    return plan_many([target], recipes, RunSettings.with_probe(archs, probe, allow_untested))
 
 
 def block_failing(plans: Sequence[RecipePlan], probe: Probe | None) -> dict[str, ProbeResult]:
@@ -163,11 +163,11 @@ def apply(
 ) -> list[RecipePlan]:
     """Take back what went stale, plan, probe, then journal and write what the probe proved:
     `transaction.apply_many` on one target (every layout runs that one pipeline)."""
-    from sm120patch.engine.pipeline import Run, apply_many
+    from sm120patch.engine.pipeline import RunSettings, apply_many
 
     archs = [arch] if isinstance(arch, Arch) else list(arch)
     return apply_many(
-        [target], recipes, Run.with_probe(archs, probe, allow_untested),
+        [target], recipes, RunSettings.with_probe(archs, probe, allow_untested),
         force=force, commit=commit, wait_s=wait_s, only=only, exclude=exclude,
     )  # fmt: skip
 

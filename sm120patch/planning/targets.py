@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120patch.errors import TargetError
+from sm120patch.errors import TargetError, UserError
 
 # package -> a sub-folder that only that package's source tree has
 _MARKERS = {"sglang": "srt", "flashinfer": "jit"}
@@ -86,6 +87,48 @@ def installed(package: str) -> Target:
 
 # the PyPI distributions a package comes from (their dist-info sits beside it in site-packages)
 DISTS = {"sglang": ("sglang",), "flashinfer": ("flashinfer_python", "flashinfer-python")}
+
+
+def targets_for(
+    paths: Sequence[Path], installed_flag: bool, package: str | None, python: str | None = None
+) -> list[Target]:
+    """Every package tree the paths hold (an SGLang clone and a FlashInfer tree, or both in one
+    site-packages), each once; or, with --installed, what this Python (or --python EXE) imports."""
+    if installed_flag:
+        if paths:
+            raise UserError("give PATH or --installed, not both")
+        found = []
+        for pkg in [package] if package else ["sglang", "flashinfer"]:
+            try:
+                found.append(installed_for(python, pkg))
+            except UserError:
+                if package or pkg == "sglang":
+                    raise
+        return found
+    if not paths:
+        raise UserError("missing PATH: give the folder of an SGLang/FlashInfer clone or install, or --installed")
+    out: dict[Path, Target] = {}
+    for path in paths:
+        for t in discover(path, package):
+            out.setdefault(t.package_dir, t)
+    return list(out.values())
+
+
+def installed_for(python: str | None, package: str) -> Target:
+    """The package `python` imports (this interpreter by default), located without importing it."""
+    if python is None:
+        return installed(package)
+    import subprocess
+
+    code = f"import importlib.util as u; s = u.find_spec({package!r}); print(list(s.submodule_search_locations)[0])"
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise UserError(f"--python {python}: cannot run it ({e.strerror}); give the server's interpreter") from None
+    if r.returncode != 0:
+        raise UserError(f"{python}: {package} is not installed there; give PATH or another --python")
+    pkg = Path(r.stdout.strip().splitlines()[-1])
+    return discover(pkg.parent, package)[0]
 
 
 def dist_info(package: str, folder: Path) -> Path | None:

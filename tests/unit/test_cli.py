@@ -18,6 +18,7 @@ import pytest
 
 from sm120patch.cli import cli, main
 from sm120patch.cli import common as cli_common
+from sm120patch.probes import recipe_probe
 from tests.unit.sglang_fakes import (
     ALL_IDS,
     ALLREDUCE,
@@ -226,8 +227,8 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return probe
 
-    monkeypatch.setattr(cli_common, "resolve_flashinfer", lambda *a: None)
-    monkeypatch.setattr(cli_common, "make_probe", make_probe)
+    monkeypatch.setattr(recipe_probe, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(recipe_probe, "make_probe", make_probe)
 
 
 @pytest.mark.usefixtures("failing_probe")
@@ -427,17 +428,93 @@ def test_a_release_newer_than_the_tests_is_untested_until_allowed(sm, tmp_path: 
 
 def test_top_help_imports_no_command_module_and_lists_whole_summaries() -> None:
     """pip's lazy command table: `--help` lists each command from the table, imports none of
-    their modules, and no summary is cut off with '...'."""
+    their modules (of sm120patch, only the cli package and errors), and no summary is cut off."""
     code = (
         "import sys; from sm120patch.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('sm120patch.cli.')))"
+        "print(sorted(m for m in sys.modules if m.startswith('sm120patch')))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines()[-1] == "[]"
+    assert r.stdout.strip().splitlines()[-1] == "['sm120patch', 'sm120patch.cli', 'sm120patch.errors']"
     listing = r.stdout.split("Commands:")[1]
     assert "..." not in listing and all(name in listing for name in CORE_COMMANDS)
+
+
+def test_every_command_has_the_tables_summary_as_short_help() -> None:
+    """Declared on the command itself (what shell completion and a direct invocation see), not
+    patched in by the group when it looks the command up."""
+    import importlib
+
+    from sm120patch.cli import COMMANDS
+
+    for name, (where, summary) in COMMANDS.items():
+        module, attr = where.split(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert command.name == name and command.short_help == summary, name
+        assert command.get_short_help_str(limit=45) == summary, name
+        assert cli.get_command(click.Context(cli), name) is command
+
+
+def test_commands_return_their_exit_code_and_only_main_exits(site: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """pre-commit's shape: a command returns its code (click hands it back), `run` turns errors into
+    one line and a code, and nothing in the package but `main` exits."""
+    import ast
+
+    from sm120patch.cli import run
+
+    assert cli.main(["recipes", "--json"], standalone_mode=False) == 0
+    assert cli.main(["plan", *NO_PROBE, "--no-diff", str(site)], standalone_mode=False) == 0
+    assert run(["plan", *NO_PROBE, str(site)]) == 0
+    capsys.readouterr()
+    assert run(["plan", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sm120patch: error: ") and err.count("\n") == 1
+    exits = []
+    package = Path(cli_common.__file__).parents[1]
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            called = ast.unparse(node.func) if isinstance(node, ast.Call) else ""
+            raised = ast.unparse(node.exc) if isinstance(node, ast.Raise) and node.exc is not None else ""
+            if called in ("sys.exit", "exit", "os._exit", "ctx.exit") or raised.startswith("SystemExit"):
+                exits.append(f"{rel}:{node.lineno}")
+    # the probe harness is its own program, run in a subprocess
+    ours = [e.split(":")[0] for e in exits if not e.startswith("probes/run/checks/harness.py:")]
+    assert ours == ["cli/__init__.py"], exits
+
+
+def test_tree_options_is_one_frozen_object_in_the_order_help_lists() -> None:
+    """One decorator builds the shared options; a command's own options sit between the shared
+    head (PATH ... --recipes) and tail (--exclude, --ok-blocked, --json), and --probe on the command
+    line is told from its default (a bundle's own rung yields only to a given one)."""
+    import dataclasses
+
+    from sm120patch.cli.options import TreeOptions, tree_options
+    from sm120patch.cli.tree import apply_cmd, plan_cmd
+
+    assert [p.name for p in plan_cmd.params] == [
+        "paths", "package", "installed", "arch", "python", "flashinfer", "level", "recipe_dir",
+        "allow_untested", "no_diff", "stat", "exclude", "ok_blocked", "as_json",
+    ]  # fmt: skip
+    assert [p.name for p in apply_cmd.params][-3:] == ["exclude", "ok_blocked", "as_json"]
+    seen: list[TreeOptions] = []
+
+    @click.command("t")
+    @tree_options("spec", choice=True)
+    @click.option("--own", is_flag=True)
+    def t(opts: TreeOptions, own: bool) -> int:
+        seen.append(opts)
+        return 7 if own else 0
+
+    assert t.main(["p1", "--arch", "sm_120", "--exclude", "x", "--own"], standalone_mode=False) == 7
+    assert t.main(["--probe", "spec", "--json"], standalone_mode=False) == 0
+    first, second = seen
+    assert first.paths == (Path("p1"),) and first.arch == ("sm_120",) and first.exclude == ("x",)
+    assert (first.level, first.probe_given, second.level, second.probe_given) == ("spec", False, "spec", True)
+    assert second.as_json and not first.as_json
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.level = "run"  # type: ignore[misc]
 
 
 def test_an_unknown_command_is_a_usage_error(sm) -> None:  # noqa: ANN001

@@ -13,9 +13,9 @@ from packaging.specifiers import SpecifierSet
 
 from sm120patch.catalogue.recipes import Recipe, load_recipes
 from sm120patch.cli import triage as commands_triage
-from sm120patch.cli.triage import diagnose_cmd
 from sm120patch.triage.diagnose import MISSING, diagnose, read_lines, rollback_command
 from sm120patch.triage.signatures import load_signatures
+from tests.unit.cli_entry import SM120PATCH
 
 AR = "sglang-allreduce-fusion-sm120"
 AR_SIG = "No supported CUDA architectures found for major versions [9, 10]"
@@ -298,21 +298,21 @@ def write_log(tmp_path: Path, lines: list[str]) -> Path:
 
 
 def test_cli_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
-    res = CliRunner().invoke(diagnose_cmd, [str(tmp_path / "nope.log")])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(tmp_path / "nope.log")])
     assert res.exit_code == 2
     assert res.output.count("\n") == 1 and "cannot read the log" in res.output
 
 
 def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
-    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH)), "--json"])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["findings"][0]["signature"] == "flashinfer-jit-arch-excluded"
-    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, ["ValueError: odd\n"]))])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, ["ValueError: odd\n"]))])
     assert res.exit_code == 1 and "Look for:" in res.output
 
 
 def test_cli_reads_stdin() -> None:
-    res = CliRunner().invoke(diagnose_cmd, ["-"], input=REAL_LINES["no-kernel-image"] + "\n")
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", "-"], input=REAL_LINES["no-kernel-image"] + "\n")
     assert res.exit_code == 0 and "no-kernel-image" in res.output
 
 
@@ -326,7 +326,7 @@ def test_cli_target_reads_the_journal(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(commands_triage, "engine_hooks", lambda: (applied, lambda p, ids: ids))
     monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [recipe()])
     log = write_log(tmp_path, JIT_CRASH)
-    res = CliRunner().invoke(diagnose_cmd, [str(log), "--target", str(tmp_path)])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(log), "--target", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert seen == [tmp_path]
     assert f"sm120patch rollback {tmp_path} --recipe {AR}" in res.output
@@ -338,13 +338,13 @@ def test_cli_without_engine_treats_journal_as_unknown(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(commands_triage, "engine_hooks", missing)
     monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [recipe()])
-    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path)])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path)])
     assert res.exit_code == 0
     assert "journal is unknown" in res.output and "journal unknown" in res.output
 
 
 def test_cli_missing_target_is_usage_error(tmp_path: Path) -> None:
-    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")])
     assert res.exit_code == 2 and "target not found" in res.output
 
 
@@ -352,7 +352,7 @@ def test_cli_target_that_is_not_a_package_tree_is_usage_error(tmp_path: Path) ->
     log = write_log(tmp_path, JIT_CRASH)
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = CliRunner().invoke(diagnose_cmd, [str(log), "--target", str(empty)])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(log), "--target", str(empty)])
     assert res.exit_code == 2 and res.output.startswith("sm120patch: error: ")
 
 
@@ -362,7 +362,7 @@ def test_recipe_advice_is_one_line_in_notes() -> None:
 
 
 def test_without_target_the_fix_is_named_with_the_shape_of_the_command(tmp_path: Path) -> None:
-    res = CliRunner().invoke(diagnose_cmd, [str(write_log(tmp_path, JIT_CRASH))])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH))])
     assert res.exit_code == 0, res.output
     assert (
         "sm120patch apply SGLANG FLASHINFER --recipe flashinfer-trtllm-comm-sm120 --recipe sglang-allreduce-fusion-sm120"

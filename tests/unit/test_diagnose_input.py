@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sm120patch.cli.triage import diagnose_cmd
 from sm120patch.triage import log_input
+from tests.unit.cli_entry import SM120PATCH
 
 
 @pytest.mark.parametrize(
@@ -28,20 +28,20 @@ from sm120patch.triage import log_input
 def test_not_a_log_is_exit_2_with_one_line(tmp_path: Path, blob: bytes, says: str) -> None:
     p = tmp_path / "server.log"
     p.write_bytes(blob)
-    res = CliRunner().invoke(diagnose_cmd, [str(p)])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(p)])
     assert res.exit_code == 2, res.output
     assert res.output.count("\n") == 1 and says in res.output and str(p) in res.output
 
 
 def test_random_bytes_on_stdin_are_refused() -> None:
-    res = CliRunner().invoke(diagnose_cmd, ["-"], input=os.urandom(4096))
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", "-"], input=os.urandom(4096))
     assert res.exit_code == 2 and "stdin: is not a text log" in res.output
 
 
 def test_a_log_with_colours_and_a_few_odd_bytes_is_still_text(tmp_path: Path) -> None:
     p = tmp_path / "server.log"
     p.write_bytes(b"\x1b[31mRuntimeError: CUDA error: an illegal instruction was encountered\x1b[0m\n\xff ok\n")
-    res = CliRunner().invoke(diagnose_cmd, [str(p)])
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(p)])
     assert res.exit_code == 0 and "cuda-illegal-instruction" in res.output
 
 

@@ -19,10 +19,10 @@ from packaging.specifiers import SpecifierSet
 
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.cli import triage as commands_triage
-from sm120patch.cli.triage import guard_cmd
 from sm120patch.errors import UserError
 from sm120patch.triage.guard import GuardLog, GuardOptions, exit_status, run_guard
 from sm120patch.triage.signatures import load_signatures
+from tests.unit.cli_entry import SM120PATCH
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="process checks read /proc (Linux)")
 
@@ -285,7 +285,8 @@ def test_cli_guard_rolls_back_through_the_engine_hooks(tmp_path: Path, monkeypat
     monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [recipe()])
     cmd = server(tmp_path, f"print({CRASH!r}); sys.exit(1)\n")
     log = tmp_path / "g.log"
-    res = CliRunner().invoke(guard_cmd, ["--target", str(tmp_path), "--timeout", "5", "--log", str(log), "--", *cmd])
+    args = ["guard", "--target", str(tmp_path), "--timeout", "5", "--log", str(log), "--", *cmd]
+    res = CliRunner().invoke(SM120PATCH, args)
     assert res.exit_code == 1, res.output
     assert calls == [(tmp_path, [AR])]
     assert "[sm120patch guard] rolled back" in log.read_text()
@@ -299,7 +300,7 @@ def test_usage_errors(tmp_path: Path) -> None:
         run_guard(GuardOptions(command=["true"], ready_url="ftp://x"), **kw)
     with pytest.raises(UserError, match="cannot start the server"):
         run_guard(GuardOptions(command=[str(tmp_path / "no-such-server")]), log=GuardLog(io.StringIO()), **kw)
-    res = CliRunner().invoke(guard_cmd, ["--ready-pattern", "(", "--", "true"])
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--ready-pattern", "(", "--", "true"])
     assert res.exit_code == 2
 
 

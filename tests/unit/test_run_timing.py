@@ -23,7 +23,6 @@ from click.testing import CliRunner
 
 from sm120patch.arch import parse_arch
 from sm120patch.catalogue.kernels import load_kernels
-from sm120patch.cli import cli
 from sm120patch.probes import ProbeCache, probe_kernel
 from sm120patch.probes.environment.device import detect
 from sm120patch.probes.environment.flashinfer import from_python, from_tree
@@ -34,6 +33,7 @@ from sm120patch.probes.run.rung import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run
 from sm120patch.probes.run.verdict import judge_ranks
 from tests.conftest import pristine_or_skip, requires
 from tests.integration.fi_releases import spec_venv
+from tests.unit.cli_entry import SM120PATCH
 from tests.unit.fi_fakes import make_tree
 
 SM90 = parse_arch("sm_90")
@@ -224,14 +224,14 @@ def test_gloo_probe_prints_the_ratio_per_shape_and_json_carries_it(
     assert (cold.result, cold.rung) == ("pass", "run"), cold.reason
     args = ["probe", "flashinfer:trtllm_comm", "--arch", "sm_90", "--probe", "run",
             "--flashinfer", str(tmp_path / "tree"), "--python", target]  # fmt: skip
-    out = CliRunner().invoke(cli, args)  # answered from the cache the cold probe filled
+    out = CliRunner().invoke(SM120PATCH, args)  # answered from the cache the cold probe filled
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     head = next(i for i, line in enumerate(lines) if "timing: fake fusion" in line)
     first = lines[head + 2].split()  # 1x64: one-shot (3x the cost, marked slower), no two-shot, baseline ms
     assert first[0] == "1x64" and first[3] == "*" and first[4] == "-"
     assert lines[head + 3].split()[0] == "64x64" and "(2 of 3)" in lines[head + 4]
-    js = CliRunner().invoke(cli, [*args, "--json"])
+    js = CliRunner().invoke(SM120PATCH, [*args, "--json"])
     verdict = json.loads(js.output)["verdicts"][0]
     assert verdict["cached"] and run_timing.of_verdict(verdict) == cold.evidence["run"]["timing"]
 

@@ -18,7 +18,7 @@ from sm120patch.arch import parse_arch
 from sm120patch.catalogue.recipes import default_recipe_dir, load_recipes
 from sm120patch.engine import tree as engine
 from sm120patch.engine.journal import Journal
-from sm120patch.engine.pipeline import Run, apply_many, plan_many, rollback_many
+from sm120patch.engine.pipeline import RunSettings, apply_many, plan_many, rollback_many
 from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED
 from sm120patch.planning.targets import discover
 from sm120patch.probes.recipe_probe import make_probe, resolve_flashinfer
@@ -78,14 +78,14 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
     return sg, fi
 
 
-def run_for(targets: list) -> Run:
-    return Run(SM120, resolve_flashinfer(targets, None, None), "static", make_probe)
+def run_for(targets: list) -> RunSettings:
+    return RunSettings(SM120, resolve_flashinfer(targets, None, None), "static", make_probe)
 
 
 def test_the_backport_in_the_same_plan_unblocks_the_sglang_gate(tmp_path: Path, recipes: list) -> None:
     sg, fi = trees(tmp_path)
     alone = discover(sg)
-    run = Run(SM120, resolve_flashinfer(alone, fi, None), "static", make_probe)
+    run = RunSettings(SM120, resolve_flashinfer(alone, fi, None), "static", make_probe)
     plans = {p.recipe.id: p for p in plan_many(alone, recipes, run)}
     assert plans[AR].status == BLOCKED and "[9, 10]" in plans[AR].reason
     both = discover(sg) + discover(fi)
