@@ -40,6 +40,9 @@ SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
 _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
     ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
+    # a value that is None (or of the wrong type) where the code expected an object: a bug in the code that ran,
+    # not a missing module (which "module 'x' has no attribute" is)
+    ("other", re.compile(r"'NoneType' object (?:has no attribute|is not (?:subscriptable|callable|iterable))")),
     (
         "environment",
         re.compile(
@@ -47,7 +50,19 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
             r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
-            r"not compiled with CUDA enabled|CPU-only (?:build|version)"
+            r"not compiled with CUDA enabled|CPU-only (?:build|version)|"
+            # the kernel driver could not bring the GPU up (wrong module flavour, firmware), or sees none
+            r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|open kernel modules|RmInitAdapter|"
+            r"\bNo devices were found\b|No (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b"
+        ),
+    ),
+    # a shared library the loader cannot find or load (Windows DLLs, .so files, ctypes)
+    (
+        "environment",
+        re.compile(
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
+            r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
+            r"[Tt]he specified (?:module|procedure) could not be found"
         ),
     ),
     # the assembler ran out of the GPU's resources, not of arch knowledge
@@ -70,7 +85,16 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
             r"(?:undefined symbol: |No such operator |has no attribute '?)\S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])|"
-            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch"
+            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch|"
+            # a kernel that says which archs it is for, then that it ran elsewhere
+            r"\bis (?:only )?for (?:sm_?|SM ?|compute_)\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but\b|"
+            # the platform itself refused (no arch named): a backend or kernel not valid/available on this device
+            r"\bnot valid for (?:cuda|this (?:GPU|device|platform)|the current (?:GPU|device|platform))\b|"
+            r"(?:unavailable|not available|not supported)\b.{0,60}\bon (?:the )?current (?:platform|device|GPU)\b|"
+            # instructions of one arch family only (tcgen05: SM100/SM103/SM110; wgmma: SM90a) reached the backend
+            r"intrinsic %llvm\.nvvm\.(?:tcgen05|wgmma)|"
+            # ptxas: a feature the target lacks (also when the target is cut off: "not supported on .t")
+            r"\bFeature '[^']{1,120}'? (?:not supported on|requires)\b"
         ),
     ),
     (
@@ -110,13 +134,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
             r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
-            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)",
+            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)|"
+            r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "
+            r"(?:is )?(?:running|run|executing|launched) on",
         ),
     ),
     (
         "resource-limit",
         re.compile(
-            r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|"
+            r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|dynamic shared\b|"
             r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
             r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
             r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads|"
@@ -169,7 +195,13 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
             r"(?:does not|doesn't|do not|don't) support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
             r"(?:only|not) (?:be )?(?:supported|available|run) on "
-            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)",
+            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)|"
+            # an assertion or check on the capability ("Assertion major < 10 failed", "assert is_sm100_supported()")
+            r"(?i:\b(?:assert\w*|check\w*)\b.{0,100}\b(?:major|minor|capability|compute_?cap\w*|cc|sm_?ver\w*|"
+            r"arch\w*)\s*(?:[<>]=?|==|!=)\s*\d+)|"
+            r"\bassert\b.{0,120}(?:\bis_sm\d+\w*|\bis_(?:hopper|blackwell|ampere)\w*|get_device_capability|"
+            r"_sm\d{2,3}\w*\(\))|"
+            r"(?i:computeCapability|compute capability) (?:is )?not supported",
         ),
     ),
     (
@@ -253,6 +285,7 @@ _SM12X_TOKEN = re.compile(
     r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
     r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
+    r"[Cc]apability (?:\w+ ){0,5}is (?:sm_?)?12[01]\b|"
     # GPU names are logkind's: a GPU shown is not a failing line
     r"\b(?:GeForce|consumer|workstation) Blackwell\b|\bSM:? ?0x12[01]0\b",
     re.I,
@@ -332,15 +365,59 @@ _REFUSAL = re.compile(
 
 
 # Words that, next to an architecture token, say a build carries no code for it.
-_MISSING = re.compile(r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b")
+_MISSING = re.compile(
+    r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b|"
+    # the package refused the GPU (not a path in it): its build, a wheel for the GPU, is what is missing
+    r"not supported by (?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
+    r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)|"
+    r"corresponding wheel|install (?:the|a) (?:\w+ ){0,2}(?:wheel|build) (?:for|according)"
+)
+
+
+# CUDA error codes by number (runtime API; the driver API's CUresult agrees on these): a log that gives only
+# the number ("Cuda error: 700", "CUDA failure 209") shows the class as much as the name would
+_CUDA_CODE = re.compile(
+    r"(?i:\bcu(?:da)?\w*?[ _]?(?:runtime |driver )?(?:error|failure|failed|result|status)\b\W{0,3}"
+    r"(?:code\W{0,3})?(?P<code>\d{1,3})\b)"
+)
+CUDA_CODES = {
+    "2": "out-of-memory",  # cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
+    "3": "environment",  # cudaErrorInitializationError / CUDA_ERROR_NOT_INITIALIZED
+    "35": "environment",  # cudaErrorInsufficientDriver
+    "100": "environment",  # no CUDA-capable device
+    "98": "binary-lacks-arch",  # cudaErrorInvalidDeviceFunction
+    "200": "binary-lacks-arch",  # invalid kernel image
+    "209": "binary-lacks-arch",  # no kernel image / no binary for GPU
+    "218": "binary-lacks-arch",  # invalid PTX
+    "222": "toolchain-lacks-arch",  # unsupported PTX version (the driver's JIT is older than the PTX)
+    "700": "kernel-fault",  # illegal address
+    "701": "resource-limit",  # launch out of resources
+    "702": "kernel-fault",  # launch timeout
+    "710": "kernel-fault",  # device-side assert
+    "715": "kernel-fault",  # illegal instruction
+    "716": "kernel-fault",  # misaligned address
+    "719": "kernel-fault",  # launch failure
+}
+# a compiler's own source (MLIR/LLVM passes): an arch it refuses there is a toolchain that does not know the arch
+_COMPILER_SOURCE = re.compile(r"\bmlir::|\bllvm::|/lib/(?:Dialect|Conversion|Target|Analysis)/|/Transforms/\w+\.cpp")
 
 
 def classify_line(body: str) -> tuple[str, str] | None:
     """(class, cue) for the words of one fatal line, or None when they show no class."""
+    got = _classify_words(body)
+    if got is not None and got[0] == "arch-path-unsupported" and _COMPILER_SOURCE.search(body):
+        return "toolchain-lacks-arch", f"{got[1]} (inside the compiler: {_COMPILER_SOURCE.search(body).group(0)})"
+    return got
+
+
+def _classify_words(body: str) -> tuple[str, str] | None:
     for cls, pattern in _CUES:
         m = pattern.search(body)
         if m:
             return cls, m.group(0)
+    code = _CUDA_CODE.search(body)
+    if code and code.group("code") in CUDA_CODES:
+        return CUDA_CODES[code.group("code")], code.group(0)
     arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
     if arch:
         for r in _MISSING.finditer(body):
