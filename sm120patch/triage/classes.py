@@ -52,8 +52,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
             r"not compiled with CUDA enabled|CPU-only (?:build|version)|"
             # the kernel driver could not bring the GPU up (wrong module flavour, firmware), or sees none
-            r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|open kernel modules|RmInitAdapter|"
-            r"\bNo devices were found\b|No (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b"
+            r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|"
+            r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b"
         ),
     ),
     # a shared library the loader cannot find or load (Windows DLLs, .so files, ctypes)

@@ -404,7 +404,7 @@ class Diagnoser:
         verdict, notes = f.sm12x, list(f.notes)
         if f.source == "recipe" and f.journal == "applied":
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
-        elif verdict == "maybe":
+        elif verdict == "maybe" and not (f.sig is not None and f.sig.pinned(f.details)):
             gpu = self.kind.gpu
             if f.cls not in triage_classes.SM12X_CLASSES:
                 pass  # NCCL, OOM, a missing module: the GPU shown does not make them an architecture cause
@@ -423,6 +423,8 @@ class Diagnoser:
         details = dict(f.details)
         if sig is not None:
             sig.judge(details)  # adds the {group}_means texts the templates may use
+            if sig.pinned(f.details):  # say why the verdict stays as the value has it
+                notes += [v for k, v in details.items() if k.endswith("_means") and v not in f.meaning]
         step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
         check = ""
         if verdict == "maybe":
