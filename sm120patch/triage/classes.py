@@ -62,9 +62,13 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
-            r"[Tt]he specified (?:module|procedure) could not be found"
+            r"[Tt]he specified (?:module|procedure) could not be found|"
+            # containers: the runtime cannot hand the GPU to the container
+            r"Error response from daemon|could not select device driver|unknown or invalid runtime name"
         ),
     ),
+    # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
+    ("out-of-memory", re.compile(r"\[WinError 1455\]|paging file is too small")),
     # the assembler ran out of the GPU's resources, not of arch knowledge
     (
         "resource-limit",
@@ -76,6 +80,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
+        ),
+    ),
+    # the package (not a path in it) refuses the GPU's capability: its build, a wheel for the GPU, is what is missing
+    (
+        "binary-lacks-arch",
+        re.compile(
+            # (not "GPUs are not supported by ...": the GPU refused is a path the package chose not to run)
+            r"(?:[Cc]apabilit\w*|\barch\w*|sm_?\d{2,3}|\bSM ?\d{2,3})\b(?:(?!GPUs?\b|devices?\b|cards?\b).){0,60}"
+            r"\bnot supported by "
+            r"(?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
+            r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)"
         ),
     ),
     # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
@@ -109,7 +124,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR",
+            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR|\bNvvm\w*Error\b|\bNVVM_ERROR\w*|libnvvm|"
+            r"PassManager::run failed",
         ),
     ),
     (
@@ -197,8 +213,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:only|not) (?:be )?(?:supported|available|run) on "
             r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)|"
             # an assertion or check on the capability ("Assertion major < 10 failed", "assert is_sm100_supported()")
-            r"(?i:\b(?:assert\w*|check\w*)\b.{0,100}\b(?:major|minor|capability|compute_?cap\w*|cc|sm_?ver\w*|"
-            r"arch\w*)\s*(?:[<>]=?|==|!=)\s*\d+)|"
+            r"(?i:\b(?:assert\w*|check\w*)\b.{0,100}\b\w*(?:major|minor|capabilit\w*|compute_?cap\w*|\bcc|"
+            r"sm_?ver\w*|arch\w*)\s*(?:[<>]=?|==|!=)\s*\d+)|"
             r"\bassert\b.{0,120}(?:\bis_sm\d+\w*|\bis_(?:hopper|blackwell|ampere)\w*|get_device_capability|"
             r"_sm\d{2,3}\w*\(\))|"
             r"(?i:computeCapability|compute capability) (?:is )?not supported",
@@ -358,6 +374,8 @@ class StructureFinding:
 
 # A refusal word; next to an architecture token in the same line it shows an arch path (any wording).
 _REFUSAL = re.compile(
+    r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
+    r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
     r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"

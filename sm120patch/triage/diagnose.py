@@ -288,6 +288,7 @@ class Diagnoser:
         self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
         self._notes: list[str] = []
         self.lines_read = 0
+        self._after_fatal = False
         self.structure = StructureWatcher()
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
@@ -298,6 +299,9 @@ class Diagnoser:
         line = raw.rstrip("\r\n")
         if "\x1b" in line:
             line = _ANSI.sub("", line)
+        after_fatal, self._after_fatal = self._after_fatal, False
+        if after_fatal:  # a fatal message may go on in this line, whatever words it has
+            self.structure.continuation(self.lines_read, line, self._context)
         if self._prefilter is not None and not self._prefilter.passes(line):
             if self.lines_read <= FULL_KIND_LINES:
                 self.kind.feed_marks(line)  # framework marks are in every line of some logs
@@ -324,6 +328,7 @@ class Diagnoser:
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
                 self.structure.fatal_line(self.lines_read, line, self._context)
+                self._after_fatal = True
             else:
                 self.structure.other_line(self.lines_read, line, self._context)
         self._context.append(line)

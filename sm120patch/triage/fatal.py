@@ -99,8 +99,12 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
-            r"Windows fatal exception|(?i:access violation)|0xC0000005|0xC0000409|0xC000001D|"
-            r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|"
+            r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"
+            r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b|"
+            r"\bAbort trap\b|terminating due to uncaught exception|\buncaught exception\b|"
+            # builds: ninja, make, CMake, setuptools
+            r"\bbuild stopped\b|subcommand failed|\b[Bb]uild failed\b|compilation terminated|"
+            r"\*\*\* \[[^\]]+\] Error \d+|"
             # C++: an exception that left main, std::abort, a c10 error's origin line
             r"\babort\(\) (?:has been )?called|^\s*Exception raised from \w+ at |"
             r"\bstd::(?:runtime_error|logic_error|invalid_argument|out_of_range|bad_alloc)\b"
@@ -133,6 +137,13 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
             r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
             r"Workspace Null|Memory Allocation|Insufficient Driver|Invalid Data Type|Invalid Layout)\b|"
+            # ONNX Runtime's and similar "[E:lib:" prefixes; a non-zero status a runtime returned
+            r"\[[EF]:\w+:|Non-zero status code returned|"
+            # a wrong result rather than an exception: NaN/Inf or garbage where numbers or text were expected
+            r"(?i:\b(?:loss|grad_norm|outputs?|logits|results?|values?|images?|tensors?)\b.{0,30}"
+            r"\b(?:is|are|became|become|becomes|contains?|returns?|gives?|produces?)\s+(?:all\s+|only\s+)?"
+            r"(?:nan|nans|inf|garbage|gibberish|black|blank|zeros?)\b|\b(?:loss|grad_norm)\s*[=:]\s*nan\b|"
+            r"\bnans? (?:detected|encountered|found)\b|\binf or nan\b|\bnan or inf\b)|"
             # logs in other languages: error, failed, exception, not supported
             r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
             r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"

@@ -48,6 +48,11 @@ ORDER = (
     "environment",
     "other",
 )
+# a line that starts a new record rather than going on with the one before (a frame, a level, a timestamp)
+_NEW_RECORD = re.compile(
+    r"^\s*(?:File \"|Traceback|During handling|The above exception|\[?\d{4}-\d\d-\d\d|\(\w+ pid=\d+\)|"
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|[EWIF]\d{4} |\w+(?:\.\w+)*(?:Error|Exception|Warning):)"
+)
 _PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
@@ -115,6 +120,18 @@ class StructureWatcher:
                 cue = f"{got[1]} (in a line before it: {_clip(before.strip())[:160]})"
                 self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
                 break
+
+    def continuation(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """The line right after a bare fatal line: a message wrapped or split in two ("Failed to set the allowed
+        dynamic shared" / "memory size to 196608") shows its class only when the two are read as one."""
+        if self._bare is None or self._bare[0] != line_no - 1 or not line.strip() or _NEW_RECORD.match(line):
+            return
+        bare_no, bare = self._bare
+        joined = fatal.strip_prefix(bare)[0].rstrip() + " " + line.strip()
+        got = triage_classes.classify_line(joined)
+        if got is not None and got[0] not in self._named:
+            cue = f"{got[1]} (the message goes on in the next line)"
+            self._named[got[0]] = self._finding(got[0], cue, bare_no, bare, context, thin=False)
 
     def _cause_before(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """An architecture class shown, with an arch token, in the lines just before a kernel fault."""
