@@ -151,6 +151,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
             r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
             r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)|"
+            r"(?:[Cc]ould not|[Cc]annot|[Uu]nable to) find (?:a |any )?(?:compatible|matching|suitable)\b.{0,60}"
+            r"\bfor (?:compute capability|capability|arch\w*|sm_?\d|SM ?\d|this GPU)|"
             r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "
             r"(?:is )?(?:running|run|executing|launched) on",
         ),
@@ -245,7 +247,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"probe routine failed|None of the NVIDIA devices|nvidia-container-cli|libnvidia-ml|NVML|"
             r"system not yet initialized|driver initialization failed|cudaGetDeviceCount|CUDA_ERROR_NOT_INITIALIZED|"
             r"cudaErrorInitializationError|busy or unavailable|cudaErrorDevicesUnavailable|initialization error|"
-            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs",
+            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs|"
+            # a library loaded at another version than the code was built against (cuDNN 8 vs 9, ...)
+            r"but (?:the )?source was compiled with|[Ll]oaded runtime \w+ library:? [\d.]+ but|"
+            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False",
         ),
     ),
 )

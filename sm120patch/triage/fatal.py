@@ -133,6 +133,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"[Tt]he specified (?:module|procedure) could not be found|"
             # nvidia-smi and friends: the driver answers, but no GPU
             r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b|"
+            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"
             # status codes of absl/XLA/TensorFlow and CUTLASS status strings ("Error Internal")
             r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
             r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"

@@ -189,6 +189,9 @@ KEYWORDS = (
     "no gpu",
     "no nvidia",
     "no cuda",
+    "is_available",
+    "available: false",
+    "available false",
     "xc0000",  # 0xC0000005 (a leading digit would send every number of a decode line into the trie)
     "curesult",
     # absl/XLA status codes and CUTLASS status strings

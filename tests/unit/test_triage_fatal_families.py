@@ -78,6 +78,10 @@ FAMILIES = [
     ("binary-lacks-arch", "Error: module compiled for sm_80-sm_90, but running on sm_120\n"),
     # a platform refusal without an arch named
     ("arch-path-unsupported", "ValueError: The selected backend is not valid for the current device\n"),
+    # no GPU for the program, a library at another version than the build, an extension without the arch
+    ("environment", ">>> torch.cuda.is_available()  # returned False on the new box\nCUDA available: False\n"),
+    ("environment", "E0101 10:00:00.1 1 dnn.cc:9] Loaded runtime cuDNN library: 8.6.0 but source was compiled with: 9.3.0.\n"),
+    ("binary-lacks-arch", "RuntimeError: Could not find a compatible fooext build for compute capability 12.0\n"),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
