@@ -45,7 +45,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("other", re.compile(r"'NoneType' object (?:has no attribute|is not (?:subscriptable|callable|iterable))")),
     (
         "environment",
-        re.compile(
+        _DRIVER_UNREACHABLE := re.compile(
             r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
@@ -423,6 +423,11 @@ CUDA_CODES = {
 }
 # a compiler's own source (MLIR/LLVM passes): an arch it refuses there is a toolchain that does not know the arch
 _COMPILER_SOURCE = re.compile(r"\bmlir::|\bllvm::|/lib/(?:Dialect|Conversion|Target|Analysis)/|/Transforms/\w+\.cpp")
+
+
+def driver_unreachable(body: str) -> bool:
+    """The line says the program cannot reach the driver or any GPU (a real failure even when only warned)."""
+    return bool(_DRIVER_UNREACHABLE.search(body))
 
 
 def classify_line(body: str) -> tuple[str, str] | None:

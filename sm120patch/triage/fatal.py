@@ -79,7 +79,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "python-exception",
         "Python exception",
-        re.compile(r"(?:^|[\s:\]'(`\">*])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
+        re.compile(r"(?:^|[\s:\]'(`\">*),;])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
     ),
     ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
@@ -126,7 +126,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
             r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
             r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
-            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b|"
+            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b|\bERR!|"
             # a library or DLL that could not be found or loaded (Windows and Linux loaders, Python's ctypes)
             r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError \d+\]|"

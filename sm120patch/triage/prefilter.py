@@ -190,6 +190,7 @@ KEYWORDS = (
     "no nvidia",
     "no cuda",
     "is_available",
+    "err!",
     "available: false",
     "available false",
     "xc0000",  # 0xC0000005 (a leading digit would send every number of a decode line into the trie)

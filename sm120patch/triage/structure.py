@@ -156,7 +156,9 @@ class StructureWatcher:
             return
         if got[1].lower() in _BARE_WORDS and not _COMPLAINT.search(body):
             return  # "Used ptxas at ptxas": the tool named, nothing said against it
-        if got[0] not in WARNING_CLASSES and (quiet or got[0] not in CONTEXT_CLASSES):
+        unreachable = got[0] == "environment" and triage_classes.driver_unreachable(body)  # "Setting the available
+        # devices to be zero" in a warning: nothing after it can run on the GPU
+        if got[0] not in WARNING_CLASSES and not unreachable and (quiet or got[0] not in CONTEXT_CLASSES):
             return
         cue = f"{got[1]} (in a line not logged as an error)"
         self._other[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)

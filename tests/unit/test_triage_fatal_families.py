@@ -82,6 +82,10 @@ FAMILIES = [
     ("environment", ">>> torch.cuda.is_available()  # returned False on the new box\nCUDA available: False\n"),
     ("environment", "E0101 10:00:00.1 1 dnn.cc:9] Loaded runtime cuDNN library: 8.6.0 but source was compiled with: 9.3.0.\n"),
     ("binary-lacks-arch", "RuntimeError: Could not find a compatible fooext build for compute capability 12.0\n"),
+    # only a warning, but nothing can run on the GPU after it; nvidia-smi's ERR! fields; a paste that lost its newlines
+    ("environment", "/env/torch/cuda/__init__.py:99: UserWarning: CUDA initialization: Found no NVIDIA driver on your system.\n"),
+    (None, "| N/A   ERR!  P0   ERR! / 450W |  0MiB / 32607MiB |  ERR!  Default |\n"),
+    (None, '  File "run.py", line 9, in <module>    main()ValueError: bad config\n'),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
