@@ -87,7 +87,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "binary-lacks-arch",
         re.compile(
             # (not "GPUs are not supported by ...": the GPU refused is a path the package chose not to run)
-            r"(?:[Cc]apabilit\w*|\barch\w*|sm_?\d{2,3}|\bSM ?\d{2,3})\b(?:(?!GPUs?\b|devices?\b|cards?\b).){0,60}"
+            r"(?:[Cc]apabilit\w*|\barch\w*)\b(?:(?!GPUs?\b|devices?\b|cards?\b).){0,60}"
             r"\bnot supported by "
             r"(?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
             r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)"
@@ -124,7 +124,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR|\bNvvm\w*Error\b|\bNVVM_ERROR\w*|libnvvm|"
+            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR|PTX codegen error|"
+            r"[Uu]nknown (?:target|processor)\W{0,3}(?:sm_?\d|compute_\d)|\bNvvm\w*Error\b|\bNVVM_ERROR\w*|libnvvm|"
             r"PassManager::run failed",
         ),
     ),
@@ -144,7 +145,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not in the list of (?:\w+ )?arch\w*|"
             r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
             r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
-            r"no (?:compiled |prebuilt )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
+            r"[Nn]o (?:compiled |prebuilt |CUDA |GPU )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
             r"for (?:sm|arch|comp|this|your)|"
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
             r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
@@ -390,9 +391,7 @@ _REFUSAL = re.compile(
 # Words that, next to an architecture token, say a build carries no code for it.
 _MISSING = re.compile(
     r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b|"
-    # the package refused the GPU (not a path in it): its build, a wheel for the GPU, is what is missing
-    r"not supported by (?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
-    r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)|"
+    # a wheel or build for the GPU is what the message asks for
     r"corresponding wheel|install (?:the|a) (?:\w+ ){0,2}(?:wheel|build) (?:for|according)"
 )
 

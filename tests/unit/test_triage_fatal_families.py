@@ -86,6 +86,11 @@ FAMILIES = [
     ("environment", "/env/torch/cuda/__init__.py:99: UserWarning: CUDA initialization: Found no NVIDIA driver on your system.\n"),
     (None, "| N/A   ERR!  P0   ERR! / 450W |  0MiB / 32607MiB |  ERR!  Default |\n"),
     (None, '  File "run.py", line 9, in <module>    main()ValueError: bad config\n'),
+    # a build without the arch, a compiler that does not know it, a GPU a library refuses (a path, not a build)
+    ("binary-lacks-arch", "RuntimeError: No CUDA kernel for arch sm_120 in this build\n"),
+    ("toolchain-lacks-arch", "RuntimeError: Internal Triton PTX codegen error\n"),
+    ("toolchain-lacks-arch", "tvm.error.InternalError: Unknown target sm_120\n"),
+    ("arch-path-unsupported", "RuntimeError: This GPU (sm_120) is not supported by FooAttention\n"),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
