@@ -90,7 +90,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:[Cc]apabilit\w*|\barch\w*)\b(?:(?!GPUs?\b|devices?\b|cards?\b).){0,60}"
             r"\bnot supported by "
             r"(?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
-            r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)"
+            r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)|"
+            # a kernel named for an arch that is not there: the build left it out ("SM89 kernel is not available")
+            r"\b(?:sm_?|SM ?)\d{2,3}[af]? kernels? (?:is |are )?(?:not available|missing|not (?:compiled|built))"
         ),
     ),
     # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
@@ -263,7 +265,13 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
     ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
-    ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
+    (
+        "cutlass",
+        re.compile(
+            r"(?i:(?<![a-z])cutlass(?![a-z]))|"  # and its status strings (cutlassGetStatusString)
+            r"\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|Workspace Null|Arch Mismatch)\b"
+        ),
+    ),
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),

@@ -48,7 +48,8 @@ _CLIP = 200
 # "requires compute capability 9.0"): such a line says nothing about the GPU the log ran on
 _REQUIREMENT = re.compile(
     r"(?:only|support\w*|requir\w*|need\w*|expect\w*|least|minimum|min\.?|like|such as|e\.g\.|>=?|or newer|"
-    r"built for|compiled for|designed for|written for|targets?)\W*(?:\w+\W+){0,4}$",
+    r"built for|compiled for|designed for|written for|targets?|GPUs? with|cards? with|devices? with)"
+    r"\W*(?:\w+\W+){0,4}$",
     re.I,
 )
 

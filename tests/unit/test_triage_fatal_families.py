@@ -91,6 +91,8 @@ FAMILIES = [
     ("toolchain-lacks-arch", "RuntimeError: Internal Triton PTX codegen error\n"),
     ("toolchain-lacks-arch", "tvm.error.InternalError: Unknown target sm_120\n"),
     ("arch-path-unsupported", "RuntimeError: This GPU (sm_120) is not supported by FooAttention\n"),
+    # a kernel named for an arch that the build left out; a requirement "GPUs with capability X" is not the device
+    ("binary-lacks-arch", "AssertionError: SM90 kernels are not available. Use GPUs with compute capability 9.0.\n"),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
@@ -166,6 +168,16 @@ def test_classes_of_the_new_cues_on_single_lines() -> None:
     )
     assert fatal.classify('"Error Internal"') is not None
     assert fatal.classify("INFO 01-01 10:00:00 [x.py:1] loss=nan at warmup step") is None  # INFO never fatal
+
+
+def test_a_requirement_names_no_device_and_a_cutlass_status_names_cutlass() -> None:
+    from sm120patch.triage.logkind import LogKind
+
+    kind = LogKind()
+    kind.feed(1, "AssertionError: SM90 kernels are not available. Use GPUs with compute capability 9.0.")
+    assert kind.gpu == "unknown"
+    (f,) = _fatal("RuntimeError: gemm run failed: Error Internal\n")
+    assert f["details"].get("library") == "cutlass" and f["sm12x"] != "yes"
 
 
 def test_new_prefilter_words_are_lower_case() -> None:
