@@ -55,6 +55,7 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
 from __future__ import annotations
 
+import html
 import re
 import shlex
 from collections import deque
@@ -239,6 +240,22 @@ class Diagnosis:
         return "\n".join(out)
 
 
+# A log as pasted into a forum or scraped from a page: Markdown-escaped underscores (sm\_120), HTML entities,
+# non-breaking spaces and full-width colons ("RuntimeError：") are read as the text they stand for.
+_ENTITY = re.compile(r"&(?:quot|#39|#x27|apos|gt|lt|amp|nbsp);")
+_WIDE = str.maketrans({"\u00a0": " ", "\uff1a": ":", "\u3000": " ", "\uff08": "(", "\uff09": ")"})
+
+
+def _normalize(line: str) -> str:
+    if "\\_" in line:
+        line = line.replace("\\_", "_")
+    if "&" in line and _ENTITY.search(line):
+        line = html.unescape(line)
+    if not line.isascii():
+        line = line.translate(_WIDE)
+    return line
+
+
 def _verdict_text(f: Finding) -> str:
     if f.sm12x == "yes":
         return "yes, an SM12x (SM120/SM121) problem"
@@ -299,6 +316,7 @@ class Diagnoser:
         line = raw.rstrip("\r\n")
         if "\x1b" in line:
             line = _ANSI.sub("", line)
+        line = _normalize(line)
         after_fatal, self._after_fatal = self._after_fatal, False
         if after_fatal:  # a fatal message may go on in this line, whatever words it has
             self.structure.continuation(self.lines_read, line, self._context)

@@ -93,6 +93,10 @@ FAMILIES = [
     ("arch-path-unsupported", "RuntimeError: This GPU (sm_120) is not supported by FooAttention\n"),
     # a kernel named for an arch that the build left out; a requirement "GPUs with capability X" is not the device
     ("binary-lacks-arch", "AssertionError: SM90 kernels are not available. Use GPUs with compute capability 9.0.\n"),
+    # pasted into a forum or scraped from a page: escaped underscores, HTML entities, full-width colons
+    ("arch-path-unsupported", "RuntimeError: kernel is not supported on sm\\_120\n"),
+    ("arch-path-unsupported", "Feature &#39;.tile::gather4&#39; not supported on .target &#39;sm_120a&#39;\n"),
+    (None, "RuntimeError\uff1a something went wrong\n"),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
@@ -110,7 +114,7 @@ def test_a_fatal_family_is_never_silent_and_shows_its_class(cls: str | None, log
     found = _fatal(log)
     if cls is not None:
         assert cls in {f["class"] for f in found}, (log, found)
-    sm12x_named = any(t in log for t in ("sm_120", "12.0", "(12 vs"))
+    sm12x_named = any(t in log for t in ("sm_120", "sm\\_120", "12.0", "(12 vs"))
     assert sm12x_named or all(f["sm12x"] != "yes" for f in found), (log, found)
 
 
