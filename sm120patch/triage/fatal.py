@@ -145,6 +145,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\b(?:is|are|became|become|becomes|contains?|returns?|gives?|produces?)\s+(?:all\s+|only\s+)?"
             r"(?:nan|nans|inf|garbage|gibberish|black|blank|zeros?)\b|\b(?:loss|grad_norm)\s*[=:]\s*nan\b|"
             r"\bnans? (?:detected|encountered|found)\b|\binf or nan\b|\bnan or inf\b)|"
+            # a model that answers with one token over and over ("!!!!!!!!", "<unk><unk>..."): a wrong result
+            r"!{8,}|(?:<unk>\s*){4,}|(?:<pad>\s*){4,}|(?:\[PAD\]\s*){4,}|"
             # logs in other languages: error, failed, exception, not supported
             r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
             r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"

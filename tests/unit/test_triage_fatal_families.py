@@ -71,6 +71,8 @@ FAMILIES = [
     (None, "step 120: loss=nan, lr=1e-4\n"),
     (None, "The output images are all black\n"),
     (None, "NaNs detected in the attention output\n"),
+    (None, '{"id": "cmpl-1", "choices": [{"text": "!!!!!!!!!!!!!!!!!!!!!!!!"}]}\n'),
+    (None, "Generated: <unk><unk><unk><unk><unk><unk>\n"),
     # the compiler's own source refusing the arch: a toolchain, not a path in the program
     ("toolchain-lacks-arch", "python: /src/lib/Conversion/TritonGPUToLLVM/DotOpToLLVM.cpp:90: Assertion `false && \"Unsupported compute capability\"' failed.\n"),
     # a kernel that says which archs it is for, and one built for others
