@@ -49,7 +49,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
-            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
+            r"probe routine failed|None of the NVIDIA devices|(?:[Ff]ailed to|[Cc]an't|[Cc]annot) initialize NVML|"
+            r"No CUDA GPUs are available|"
             r"not compiled with CUDA enabled|CPU-only (?:build|version)|"
             # the kernel driver could not bring the GPU up (wrong module flavour, firmware), or sees none
             r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|"
@@ -64,7 +65,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
             r"[Tt]he specified (?:module|procedure) could not be found|"
             # containers: the runtime cannot hand the GPU to the container
-            r"Error response from daemon|could not select device driver|unknown or invalid runtime name"
+            r"Error response from daemon|could not select device driver|unknown or invalid runtime name|"
+            # a tool or host compiler the build needs is not installed or not on PATH (Windows and Linux)
+            r"is not recognized as an internal or external command|\bcommand not found\b|"
+            r"[Cc]annot find compiler|\bcl\.exe\b|vcvarsall|Microsoft Visual C\+\+ [\d.]+ or greater is required"
         ),
     ),
     # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries

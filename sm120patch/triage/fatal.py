@@ -104,6 +104,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\bAbort trap\b|terminating due to uncaught exception|\buncaught exception\b|"
             # builds: ninja, make, CMake, setuptools
             r"\bbuild stopped\b|subcommand failed|\b[Bb]uild failed\b|compilation terminated|"
+            r"is not recognized as an internal or external command|\bcommand not found\b|"
+            r"Check failure stack trace|"
             r"\*\*\* \[[^\]]+\] Error \d+|"
             # C++: an exception that left main, std::abort, a c10 error's origin line
             r"\babort\(\) (?:has been )?called|^\s*Exception raised from \w+ at |"

@@ -53,7 +53,11 @@ FAMILIES = [
     (None, "2025-02-01 10:00:00.1 [E:onnxruntime:, sequential_executor.cc:516 ExecuteKernel] Non-zero status code returned while running Conv node.\n"),
     ("toolchain-lacks-arch", "numba.cuda.cudadrv.error.NvvmSupportError: GPU compute capability 12.0 is not supported\n"),
     ("toolchain-lacks-arch", "RuntimeError: PassManager::run failed\n"),
-    # builds
+    # builds; a tool or host compiler missing is the environment, even when nvcc says it
+    ("environment", "'nvcc' is not recognized as an internal or external command,\n"),
+    ("environment", "bash: ptxas: command not found\n"),
+    ("environment", "nvcc fatal   : Cannot find compiler 'cl.exe' in PATH\n"),
+    (None, "*** Check failure stack trace: ***\n"),
     (None, "ninja: build stopped: subcommand failed.\n"),
     (None, "make[2]: *** [CMakeFiles/ext.dir/build.make:76: ext.o] Error 1\n"),
     # quoted in prose, split over two lines
