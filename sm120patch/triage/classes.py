@@ -14,6 +14,7 @@ corpus, tests/corpus/triage/README.md).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -441,8 +442,10 @@ def driver_unreachable(body: str) -> bool:
     return bool(_DRIVER_UNREACHABLE.search(body))
 
 
+@functools.lru_cache(maxsize=1024)
 def classify_line(body: str) -> tuple[str, str] | None:
-    """(class, cue) for the words of one fatal line, or None when they show no class."""
+    """(class, cue) for the words of one fatal line, or None when they show no class. Cached: a bare
+    exception searches the dozen lines before it, so each line of a traceback-dense log is asked ~12 times."""
     got = _classify_words(body)
     if got is not None and got[0] == "arch-path-unsupported" and _COMPILER_SOURCE.search(body):
         return "toolchain-lacks-arch", f"{got[1]} (inside the compiler: {_COMPILER_SOURCE.search(body).group(0)})"
