@@ -107,11 +107,13 @@ class Signature:
             major = arch_major(details[self.arch_group])
             if major is not None:
                 verdict = "yes" if major == 12 else "no"
-            if self.pinned(details):  # ... unless that very architecture is a known value (12.1 vs a 12.0 build)
-                verdict = self._arch_fact(details).sm12x or verdict  # type: ignore[union-attr]
+            fact = self._arch_fact(details)  # ... unless that very architecture is a known value (12.1, a 12.0 build)
+            if fact is not None and fact.sm12x is not None:
+                verdict = fact.sm12x
         return verdict
 
     def _arch_fact(self, details: dict[str, str]) -> ValueFact | None:
+        """The known-value fact for the architecture this match captured, if the catalogue has one."""
         for group, facts in self.by_value:
             if group == self.arch_group and group in details:
                 table = dict(facts)
