@@ -65,6 +65,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
             r"[Tt]he specified (?:module|procedure) could not be found|"
+            # the same in other languages: a module, file or library not found
+            r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
+            r"지정된 모듈을 찾을 수 없습니다|"
             # containers: the runtime cannot hand the GPU to the container
             r"Error response from daemon|could not select device driver|unknown or invalid runtime name|"
             # a tool or host compiler the build needs is not installed or not on PATH (Windows and Linux)
@@ -84,7 +87,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
-            r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
+            r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
+            r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
+            r"(?i:nicht genügend (?:GPU-)?speicher)",
         ),
     ),
     # the package (not a path in it) refuses the GPU's capability: its build, a wheel for the GPU, is what is missing

@@ -151,6 +151,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"!{8,}|(?:<unk>\s*){4,}|(?:<pad>\s*){4,}|(?:\[PAD\]\s*){4,}|"
             # logs in other languages: error, failed, exception, not supported
             r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
+            r"显存不足|内存不足|メモリ不足|메모리 부족|找不到|見つかりません|찾을 수 없|"
             r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"
             r"\bfall[oó]\b|\bfallido\b|\bошибка\b|\bсбой\b|не удалось|не поддерживается)"
         ),

@@ -65,6 +65,8 @@ FAMILIES = [
     ("resource-limit", "tvm.error.InternalError: Launch of kernel main_kernel failed: requested\ndynamic shared memory of 200 KB per block\n"),
     # other languages
     (None, "推理失败，请检查日志\n"),
+    ("out-of-memory", "CUDA 显存不足，请减小批大小\n"),
+    ("environment", "OSError: [WinError 126] 找不到指定的模块。\n"),
     (None, "运行时发生异常\n"),
     (None, "エラーが発生しました: モデルを読み込めません\n"),
     (None, "모델 로드 실패\n"),
