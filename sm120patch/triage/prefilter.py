@@ -182,7 +182,6 @@ KEYWORDS = (
     "only",
     "did not run",
     # the loader, the driver and Windows (DLLs, NVRM, nvidia-smi, SEH exceptions)
-    "dll",
     "winerror",
     "nvrm",
     "no devices",
@@ -209,7 +208,6 @@ KEYWORDS = (
     "built for",
     "wgmma",
     "feature '",
-    "=nan",
     "loss",
     "inf or nan",
     "detected",
@@ -224,7 +222,6 @@ KEYWORDS = (
     "[pad][pad]",
     "black",
     "blank",
-    "zeros",
     "unterstützt",
     "pris en charge",
     "supporté",
