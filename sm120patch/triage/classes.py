@@ -164,6 +164,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
             r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
             r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)|"
+            r"(?:built|compiled) for (?:an? )?(?:lower|older|different|another|other) (?:compute capability|capability|"
+            r"arch\w*|GPU|SM)|"
             r"(?:[Cc]ould not|[Cc]annot|[Uu]nable to) find (?:a |any )?(?:compatible|matching|suitable)\b.{0,60}"
             r"\bfor (?:compute capability|capability|arch\w*|sm_?\d|SM ?\d|this GPU)|"
             r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "

@@ -96,6 +96,7 @@ FAMILIES = [
     (None, '  File "run.py", line 9, in <module>    main()ValueError: bad config\n'),
     # a build without the arch, a compiler that does not know it, a GPU a library refuses (a path, not a build)
     ("binary-lacks-arch", "RuntimeError: No CUDA kernel for arch sm_120 in this build\n"),
+    ("binary-lacks-arch", "/env/fooext/__init__.py:9: UserWarning: fooext was built for a lower compute capability (80) than this GPU's (120)\n"),
     ("toolchain-lacks-arch", "RuntimeError: Internal Triton PTX codegen error\n"),
     ("toolchain-lacks-arch", "tvm.error.InternalError: Unknown target sm_120\n"),
     ("arch-path-unsupported", "RuntimeError: This GPU (sm_120) is not supported by FooAttention\n"),
