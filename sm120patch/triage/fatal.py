@@ -71,7 +71,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "assertion",
         "assertion failed",
         re.compile(
-            r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
+            r"Assertion (?:failed|error|fail\b)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
             r"_ASSERT\b.{0,200}\bfailed\b|(?i:\bassert(?:ion)? failed\b)|\bTORCH_CHECK\b.{0,200}failed|"
             r"(?i:\bassertion\b.{0,60}\bviolated\b)|\bassert\w*\(.{0,200}\) failed"
         ),

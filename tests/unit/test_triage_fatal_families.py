@@ -106,6 +106,8 @@ FAMILIES = [
     ("arch-path-unsupported", "RuntimeError: kernel is not supported on sm\\_120\n"),
     ("arch-path-unsupported", "Feature &#39;.tile::gather4&#39; not supported on .target &#39;sm_120a&#39;\n"),
     (None, "RuntimeError\uff1a something went wrong\n"),
+    # a requirement written after the capability is not the device either
+    ("arch-path-unsupported", "RuntimeError: Device compute capability 8.9 or higher required for FP8 execution.\n"),
     # an assert on the capability
     ("arch-path-unsupported", "    assert is_sm90_supported(), 'needs Hopper'\nAssertionError\n"),
     ("arch-path-unsupported", "Check failed: cc_major >= 9 (12 vs. 9)\n"),
