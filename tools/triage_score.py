@@ -55,7 +55,8 @@ CASE_KEYS = {
 }
 CASE_REQUIRED = ("id", "url", "gpu", "framework", "sm12x", "cause", "fix", "expect", "excerpt", "class", "source")
 SOURCES = ("github", "nvidia-forums", "pytorch-forums", "huggingface", "reddit", "stackoverflow", "blog", "other-forum")
-PARTS = ("seed", "dev", "held-out", "held-out-2")
+PARTS = ("seed", "dev", "held-out", "held-out-2", "held-out-3")
+HELDOUT_3_FILES = ("heldout-d", "heldout-e")  # held-out-3: collected blind, scored once by the integrator
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")
 _LEGACY_DENY = re.compile(r"not (?:an? )?SM12x")
 
@@ -83,11 +84,13 @@ class Case:
 
     @property
     def part(self) -> str:
-        """dev-*.toml: development; heldout-a/-b.toml: held out (scored once, then looked at a second time);
-        heldout-c.toml: the second held-out part (collected while development went on, scored once);
-        the rest: the seed corpus."""
+        """dev-*.toml: development; heldout-a/-b.toml: held-out 1 (scored once, then opened for development);
+        heldout-c.toml: held-out 2 (scored once, then opened for development); heldout-d*/-e*.toml: held-out 3
+        (collected blind while the classifier was worked on, scored once); the rest: the seed corpus."""
         if self.source.startswith("dev-"):
             return "dev"
+        if self.source.startswith(HELDOUT_3_FILES):
+            return "held-out-3"
         if self.source.startswith("heldout-c"):
             return "held-out-2"
         if self.source.startswith("heldout-"):
@@ -408,8 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=PARTS, help="score only this part of the corpus")
     args = p.parse_args(argv)
     try:
-        cases = load_corpus()
-        s = score([c for c in cases if args.part in (None, c.part)])
+        cases = [c for c in load_corpus() if args.part in (None, c.part)]
+        if not cases:
+            files = ", ".join(f"{f}*.toml" for f in HELDOUT_3_FILES) if args.part == "held-out-3" else "its files"
+            raise CorpusError(f"part {args.part} has no cases in {CORPUS}; add {files} first")
+        s = score(cases)
     except CorpusError as e:
         print(f"triage_score: error: {e}", file=sys.stderr)
         return 2

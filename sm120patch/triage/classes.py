@@ -14,6 +14,7 @@ corpus, tests/corpus/triage/README.md).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -40,16 +41,42 @@ SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
 _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
     ("other", re.compile(r"Xid \([^)]*\): (?!13,|31,|43,)\d+|GPU has fallen off the bus|GSP (?:kernel )?exception")),
+    # a value that is None (or of the wrong type) where the code expected an object: a bug in the code that ran,
+    # not a missing module (which "module 'x' has no attribute" is)
+    ("other", re.compile(r"'NoneType' object (?:has no attribute|is not (?:subscriptable|callable|iterable))")),
     (
         "environment",
-        re.compile(
+        _DRIVER_UNREACHABLE := re.compile(
             r"no CUDA-capable device|Found no NVIDIA driver|communicate with the NVIDIA driver|"
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
-            r"probe routine failed|None of the NVIDIA devices|Failed to initialize NVML|No CUDA GPUs are available|"
-            r"not compiled with CUDA enabled|CPU-only (?:build|version)"
+            r"probe routine failed|None of the NVIDIA devices|(?:[Ff]ailed to|[Cc]an't|[Cc]annot) initialize NVML|"
+            r"No CUDA GPUs are available|"
+            r"not compiled with CUDA enabled|CPU-only (?:build|version)|"
+            # the kernel driver could not bring the GPU up (wrong module flavour, firmware), or sees none
+            r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|"
+            r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b"
         ),
     ),
+    # a shared library the loader cannot find or load (Windows DLLs, .so files, ctypes)
+    (
+        "environment",
+        re.compile(
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
+            r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
+            r"[Tt]he specified (?:module|procedure) could not be found|"
+            # the same in other languages: a module, file or library not found
+            r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
+            r"지정된 모듈을 찾을 수 없습니다|"
+            # containers: the runtime cannot hand the GPU to the container
+            r"Error response from daemon|could not select device driver|unknown or invalid runtime name|"
+            # a tool or host compiler the build needs is not installed or not on PATH (Windows and Linux)
+            r"is not recognized as an internal or external command|\bcommand not found\b|"
+            r"[Cc]annot find compiler|\bcl\.exe\b|vcvarsall|Microsoft Visual C\+\+ [\d.]+ or greater is required"
+        ),
+    ),
+    # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
+    ("out-of-memory", re.compile(r"\[WinError 1455\]|paging file is too small")),
     # the assembler ran out of the GPU's resources, not of arch knowledge
     (
         "resource-limit",
@@ -60,7 +87,22 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
-            r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate",
+            r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
+            r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
+            r"(?i:nicht genügend (?:GPU-)?speicher)",
+        ),
+    ),
+    # the package (not a path in it) refuses the GPU's capability: its build, a wheel for the GPU, is what is missing
+    (
+        "binary-lacks-arch",
+        re.compile(
+            # (not "GPUs are not supported by ...": the GPU refused is a path the package chose not to run)
+            r"(?:[Cc]apabilit\w*|\barch\w*)\b(?:(?!GPUs?\b|devices?\b|cards?\b).){0,60}"
+            r"\bnot supported by "
+            r"(?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
+            r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)|"
+            # a kernel named for an arch that is not there: the build left it out ("SM89 kernel is not available")
+            r"\b(?:sm_?|SM ?)\d{2,3}[af]? kernels? (?:is |are )?(?:not available|missing|not (?:compiled|built))"
         ),
     ),
     # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
@@ -70,7 +112,16 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
             r"(?:undefined symbol: |No such operator |has no attribute '?)\S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])|"
-            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch"
+            r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch|"
+            # a kernel that says which archs it is for, then that it ran elsewhere
+            r"\bis (?:only )?for (?:sm_?|SM ?|compute_)\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but\b|"
+            # the platform itself refused (no arch named): a backend or kernel not valid/available on this device
+            r"\bnot valid for (?:cuda|this (?:GPU|device|platform)|the current (?:GPU|device|platform))\b|"
+            r"(?:unavailable|not available|not supported)\b.{0,60}\bon (?:the )?current (?:platform|device|GPU)\b|"
+            # instructions of one arch family only (tcgen05: SM100/SM103/SM110; wgmma: SM90a) reached the backend
+            r"intrinsic %llvm\.nvvm\.(?:tcgen05|wgmma)|"
+            # ptxas: a feature the target lacks (also when the target is cut off: "not supported on .t")
+            r"\bFeature '[^']{1,120}'? (?:not supported on|requires)\b"
         ),
     ),
     (
@@ -85,7 +136,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR",
+            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR|PTX codegen error|"
+            r"[Uu]nknown (?:target|processor)\W{0,3}(?:sm_?\d|compute_\d)|\bNvvm\w*Error\b|\bNVVM_ERROR\w*|libnvvm|"
+            r"PassManager::run failed",
         ),
     ),
     (
@@ -104,19 +157,25 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not in the list of (?:\w+ )?arch\w*|"
             r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
             r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
-            r"no (?:compiled |prebuilt )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
+            r"[Nn]o (?:compiled |prebuilt |CUDA |GPU )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
             r"for (?:sm|arch|comp|this|your)|"
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
             r"kernel binaries compatible with compute capability|ARCH_MISMATCH|"
             r"(?:does not|doesn't|do not) (?:include|contain|ship|have) (?:any )?(?:compiled |prebuilt )?"
             r"(?:kernels?|code|binar\w+|SASS|cubins?) for|the CCs this version of \w+ was built for|"
-            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)",
+            r"No execution plans? (?:support|found|available)|(?i:arch(?:itecture)? mismatch)|"
+            r"(?:built|compiled) for (?:an? )?(?:lower|older|different|another|other) (?:compute capability|capability|"
+            r"arch\w*|GPU|SM)|"
+            r"(?:[Cc]ould not|[Cc]annot|[Uu]nable to) find (?:a |any )?(?:compatible|matching|suitable)\b.{0,60}"
+            r"\bfor (?:compute capability|capability|arch\w*|sm_?\d|SM ?\d|this GPU)|"
+            r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "
+            r"(?:is )?(?:running|run|executing|launched) on",
         ),
     ),
     (
         "resource-limit",
         re.compile(
-            r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|"
+            r"[Oo]ut ?[Oo]f ?[Rr]esources?|out of resource|too many resources|shared memory|\bsmem\b|dynamic shared\b|"
             r"cudaErrorLaunchOutOfResources|CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES|cluster (?:size|shape|dims)|"
             r"cudaErrorClusterOutOfResources|exceeds? (?:the )?(?:per-block|hardware|device) limit|"
             r"registers? (?:per|exceed)|MaxDynamicSharedMemorySize|maximum (?:number of )?threads|"
@@ -169,7 +228,13 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Ee]xpected (?:SM|sm_?)\d|[Nn]o (?:suitable |matching |compatible |valid )?kernels? (?:found )?for|"
             r"(?:does not|doesn't|do not|don't) support (?:SM ?\d|sm_?\d|compute capability|capability|this arch|arch)|"
             r"(?:only|not) (?:be )?(?:supported|available|run) on "
-            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)",
+            r"(?:SM ?\d|sm_?\d|compute capability|Hopper|datacenter)|"
+            # an assertion or check on the capability ("Assertion major < 10 failed", "assert is_sm100_supported()")
+            r"(?i:\b(?:assert\w*|check\w*)\b.{0,100}\b\w*(?:major|minor|capabilit\w*|compute_?cap\w*|\bcc|"
+            r"sm_?ver\w*|arch\w*)\s*(?:[<>]=?|==|!=)\s*\d+)|"
+            r"\bassert\b.{0,120}(?:\bis_sm\d+\w*|\bis_(?:hopper|blackwell|ampere)\w*|get_device_capability|"
+            r"_sm\d{2,3}\w*\(\))|"
+            r"(?i:computeCapability|compute capability) (?:is )?not supported",
         ),
     ),
     (
@@ -197,7 +262,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"probe routine failed|None of the NVIDIA devices|nvidia-container-cli|libnvidia-ml|NVML|"
             r"system not yet initialized|driver initialization failed|cudaGetDeviceCount|CUDA_ERROR_NOT_INITIALIZED|"
             r"cudaErrorInitializationError|busy or unavailable|cudaErrorDevicesUnavailable|initialization error|"
-            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs",
+            r"driver (?:on your system )?is too old|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|no CUDA GPUs|"
+            # a library loaded at another version than the code was built against (cuDNN 8 vs 9, ...)
+            r"but (?:the )?source was compiled with|[Ll]oaded runtime \w+ library:? [\d.]+ but|"
+            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False",
         ),
     ),
 )
@@ -209,7 +277,13 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
     ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
-    ("cutlass", re.compile(r"(?<![a-z])cutlass(?![a-z])", re.I)),
+    (
+        "cutlass",
+        re.compile(
+            r"(?i:(?<![a-z])cutlass(?![a-z]))|"  # and its status strings (cutlassGetStatusString)
+            r"\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|Workspace Null|Arch Mismatch)\b"
+        ),
+    ),
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
@@ -253,6 +327,7 @@ _SM12X_TOKEN = re.compile(
     r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
     r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
+    r"[Cc]apability (?:\w+ ){0,5}is (?:sm_?)?12[01]\b|"
     # GPU names are logkind's: a GPU shown is not a failing line
     r"\b(?:GeForce|consumer|workstation) Blackwell\b|\bSM:? ?0x12[01]0\b",
     re.I,
@@ -325,22 +400,73 @@ class StructureFinding:
 
 # A refusal word; next to an architecture token in the same line it shows an arch path (any wording).
 _REFUSAL = re.compile(
+    r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
+    r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
-    r"\bonly\b|\brequires?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
 
 
 # Words that, next to an architecture token, say a build carries no code for it.
-_MISSING = re.compile(r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b")
+_MISSING = re.compile(
+    r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b|"
+    # a wheel or build for the GPU is what the message asks for
+    r"corresponding wheel|install (?:the|a) (?:\w+ ){0,2}(?:wheel|build) (?:for|according)"
+)
 
 
+# CUDA error codes by number (runtime API; the driver API's CUresult agrees on these): a log that gives only
+# the number ("Cuda error: 700", "CUDA failure 209") shows the class as much as the name would
+_CUDA_CODE = re.compile(
+    r"(?i:\bcu(?:da)?\w*?[ _]?(?:runtime |driver )?(?:error|failure|failed|result|status)\b\W{0,3}"
+    r"(?:code\W{0,3})?(?P<code>\d{1,3})\b)"
+)
+CUDA_CODES = {
+    "2": "out-of-memory",  # cudaErrorMemoryAllocation / CUDA_ERROR_OUT_OF_MEMORY
+    "3": "environment",  # cudaErrorInitializationError / CUDA_ERROR_NOT_INITIALIZED
+    "35": "environment",  # cudaErrorInsufficientDriver
+    "100": "environment",  # no CUDA-capable device
+    "98": "binary-lacks-arch",  # cudaErrorInvalidDeviceFunction
+    "200": "binary-lacks-arch",  # invalid kernel image
+    "209": "binary-lacks-arch",  # no kernel image / no binary for GPU
+    "218": "binary-lacks-arch",  # invalid PTX
+    "222": "toolchain-lacks-arch",  # unsupported PTX version (the driver's JIT is older than the PTX)
+    "700": "kernel-fault",  # illegal address
+    "701": "resource-limit",  # launch out of resources
+    "702": "kernel-fault",  # launch timeout
+    "710": "kernel-fault",  # device-side assert
+    "715": "kernel-fault",  # illegal instruction
+    "716": "kernel-fault",  # misaligned address
+    "719": "kernel-fault",  # launch failure
+}
+# a compiler's own source (MLIR/LLVM passes): an arch it refuses there is a toolchain that does not know the arch
+_COMPILER_SOURCE = re.compile(r"\bmlir::|\bllvm::|/lib/(?:Dialect|Conversion|Target|Analysis)/|/Transforms/\w+\.cpp")
+
+
+def driver_unreachable(body: str) -> bool:
+    """The line says the program cannot reach the driver or any GPU (a real failure even when only warned)."""
+    return bool(_DRIVER_UNREACHABLE.search(body))
+
+
+@functools.lru_cache(maxsize=1024)
 def classify_line(body: str) -> tuple[str, str] | None:
-    """(class, cue) for the words of one fatal line, or None when they show no class."""
+    """(class, cue) for the words of one fatal line, or None when they show no class. Cached: a bare
+    exception searches the dozen lines before it, so each line of a traceback-dense log is asked ~12 times."""
+    got = _classify_words(body)
+    if got is not None and got[0] == "arch-path-unsupported" and _COMPILER_SOURCE.search(body):
+        return "toolchain-lacks-arch", f"{got[1]} (inside the compiler: {_COMPILER_SOURCE.search(body).group(0)})"
+    return got
+
+
+def _classify_words(body: str) -> tuple[str, str] | None:
     for cls, pattern in _CUES:
         m = pattern.search(body)
         if m:
             return cls, m.group(0)
+    code = _CUDA_CODE.search(body)
+    if code and code.group("code") in CUDA_CODES:
+        return CUDA_CODES[code.group("code")], code.group(0)
     arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
     if arch:
         for r in _MISSING.finditer(body):

@@ -55,6 +55,7 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
 from __future__ import annotations
 
+import html
 import re
 import shlex
 from collections import deque
@@ -240,6 +241,22 @@ class Diagnosis:
         return "\n".join(out)
 
 
+# A log as pasted into a forum or scraped from a page: Markdown-escaped underscores (sm\_120), HTML entities,
+# non-breaking spaces and full-width colons ("RuntimeError：") are read as the text they stand for.
+_ENTITY = re.compile(r"&(?:quot|#39|#x27|apos|gt|lt|amp|nbsp);")
+_WIDE = str.maketrans({"\u00a0": " ", "\uff1a": ":", "\u3000": " ", "\uff08": "(", "\uff09": ")"})
+
+
+def _normalize(line: str) -> str:
+    if "\\_" in line:
+        line = line.replace("\\_", "_")
+    if "&" in line and _ENTITY.search(line):
+        line = html.unescape(line)
+    if not line.isascii():
+        line = line.translate(_WIDE)
+    return line
+
+
 def _verdict_text(f: Finding) -> str:
     if f.sm12x == "yes":
         return "yes, an SM12x (SM120/SM121) problem"
@@ -289,6 +306,7 @@ class Diagnoser:
         self._errors: deque[LogLine] = deque(maxlen=MAX_UNNAMED)
         self._notes: list[str] = []
         self.lines_read = 0
+        self._after_fatal = False
         self.structure = StructureWatcher()
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
@@ -299,6 +317,10 @@ class Diagnoser:
         line = raw.rstrip("\r\n")
         if "\x1b" in line:
             line = _ANSI.sub("", line)
+        line = _normalize(line)
+        after_fatal, self._after_fatal = self._after_fatal, False
+        if after_fatal:  # a fatal message may go on in this line, whatever words it has
+            self.structure.continuation(self.lines_read, line, self._context)
         if self._prefilter is not None and not self._prefilter.passes(line):
             if self.lines_read <= FULL_KIND_LINES:
                 self.kind.feed_marks(line)  # framework marks are in every line of some logs
@@ -325,6 +347,7 @@ class Diagnoser:
             if cls is not None:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
                 self.structure.fatal_line(self.lines_read, line, self._context)
+                self._after_fatal = True
             else:
                 self.structure.other_line(self.lines_read, line, self._context)
         self._context.append(line)
@@ -405,7 +428,7 @@ class Diagnoser:
         verdict, notes = f.sm12x, list(f.notes)
         if f.source == "recipe" and f.journal == APPLIED:
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
-        elif verdict == "maybe":
+        elif verdict == "maybe" and not (f.sig is not None and f.sig.pinned(f.details)):
             gpu = self.kind.gpu
             if f.cls not in triage_classes.SM12X_CLASSES:
                 pass  # NCCL, OOM, a missing module: the GPU shown does not make them an architecture cause
@@ -424,6 +447,8 @@ class Diagnoser:
         details = dict(f.details)
         if sig is not None:
             sig.judge(details)  # adds the {group}_means texts the templates may use
+            if sig.pinned(f.details):  # say why the verdict stays as the value has it
+                notes += [v for k, v in details.items() if k.endswith("_means") and v not in f.meaning]
         step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
         check = ""
         if verdict == "maybe":

@@ -28,6 +28,7 @@ _LEVEL = re.compile(
     r"\[(?P<trt2>[IWVD])\] \[TRT\]|\S*:\d+: \w*Warning\b|\[W\d{3,4} )"
 )
 _GLOG_QUIET = {"W", "I"}
+_QUOTES = ('"', "'", "\u201c", "\u201d", "\u2018", "\u2019", "\u300c")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
     ("gpu-driver-error", "GPU driver error (Xid)", re.compile(r"NVRM: Xid \(|\bXid \d+\b|GPU has fallen off the bus")),
     (
+        "gpu-driver-error",
+        "GPU driver error",
+        re.compile(r"NVRM: .{0,200}(?i:\bfailed\b|\brequires\b|\bnot supported\b|\bunable\b|\berror\b)"),
+    ),
+    (
         "sanitizer-error",
         "compute-sanitizer error",
         re.compile(r"^=+ (?:Invalid|Misaligned|Out-of-range|Program hit|Error|Barrier error|Race|Malloc|Leaked)"),
@@ -51,7 +57,10 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     (
         "cuda-error",
         "CUDA error",
-        re.compile(r"CUDA (?:error|Error|driver error)|cudaError\w+|CUDA_ERROR_\w+|\bcuda runtime error\b"),
+        re.compile(
+            r"(?i:\bcuda(?: runtime| driver)? (?:error|failure)\b)|cudaError\w+|CUDA_ERROR_\w+|CUresult|"
+            r"(?i:\bcuda\w* failed\b)"
+        ),
     ),
     (
         "compiler-error",
@@ -62,14 +71,15 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "assertion",
         "assertion failed",
         re.compile(
-            r"Assertion (?:failed|error)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
-            r"_ASSERT\b.{0,200}\bfailed\b"
+            r"Assertion (?:failed|error|fail\b)|\bAssertionError\b|\bCheck failed\b|\bAssertion\b.{0,300}\bfailed\b|"
+            r"_ASSERT\b.{0,200}\bfailed\b|(?i:\bassert(?:ion)? failed\b)|\bTORCH_CHECK\b.{0,200}failed|"
+            r"(?i:\bassertion\b.{0,60}\bviolated\b)|\bassert\w*\(.{0,200}\) failed"
         ),
     ),
     (
         "python-exception",
         "Python exception",
-        re.compile(r"(?:^|[\s:\]'(`\">*])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
+        re.compile(r"(?:^|[\s:\]'(`\">*),;])(?:[\w.]+\.)?(?P<name>_?[A-Z]\w*(?:Error|Exception|Exit))(?::|$|`)"),
     ),
     ("dotted-exception", "Python exception", re.compile(r"^\s*(?:[a-z_]\w*\.)+(?P<name>[A-Z]\w+): ")),
     (
@@ -87,7 +97,19 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
             r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)|"
             r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
-            r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)"
+            r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
+            # Windows: faulthandler, the access-violation status, an unhandled SEH exception
+            r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"
+            r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b|"
+            r"\bAbort trap\b|terminating due to uncaught exception|\buncaught exception\b|"
+            # builds: ninja, make, CMake, setuptools
+            r"\bbuild stopped\b|subcommand failed|\b[Bb]uild failed\b|compilation terminated|"
+            r"is not recognized as an internal or external command|\bcommand not found\b|"
+            r"Check failure stack trace|"
+            r"\*\*\* \[[^\]]+\] Error \d+|"
+            # C++: an exception that left main, std::abort, a c10 error's origin line
+            r"\babort\(\) (?:has been )?called|^\s*Exception raised from \w+ at |"
+            r"\bstd::(?:runtime_error|logic_error|invalid_argument|out_of_range|bad_alloc)\b"
         ),
     ),
     (
@@ -106,7 +128,32 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
             r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
             r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
-            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b"
+            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b|\bERR!|"
+            # a library or DLL that could not be found or loaded (Windows and Linux loaders, Python's ctypes)
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
+            r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError \d+\]|"
+            r"[Tt]he specified (?:module|procedure) could not be found|"
+            # nvidia-smi and friends: the driver answers, but no GPU
+            r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b|"
+            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"
+            # status codes of absl/XLA/TensorFlow and CUTLASS status strings ("Error Internal")
+            r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
+            r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
+            r"Workspace Null|Memory Allocation|Insufficient Driver|Invalid Data Type|Invalid Layout)\b|"
+            # ONNX Runtime's and similar "[E:lib:" prefixes; a non-zero status a runtime returned
+            r"\[[EF]:\w+:|Non-zero status code returned|"
+            # a wrong result rather than an exception: NaN/Inf or garbage where numbers or text were expected
+            r"(?i:\b(?:loss|grad_norm|outputs?|logits|results?|values?|images?|tensors?)\b.{0,30}"
+            r"\b(?:is|are|became|become|becomes|contains?|returns?|gives?|produces?)\s+(?:all\s+|only\s+)?"
+            r"(?:nan|nans|inf|garbage|gibberish|black|blank|zeros?)\b|\b(?:loss|grad_norm)\s*[=:]\s*nan\b|"
+            r"\bnans? (?:detected|encountered|found)\b|\binf or nan\b|\bnan or inf\b)|"
+            # a model that answers with one token over and over ("!!!!!!!!", "<unk><unk>..."): a wrong result
+            r"!{8,}|(?:<unk>\s*){4,}|(?:<pad>\s*){4,}|(?:\[PAD\]\s*){4,}|"
+            # logs in other languages: error, failed, exception, not supported
+            r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
+            r"显存不足|内存不足|メモリ不足|메모리 부족|找不到|見つかりません|찾을 수 없|"
+            r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"
+            r"\bfall[oó]\b|\bfallido\b|\bошибка\b|\bсбой\b|не удалось|не поддерживается)"
         ),
     ),
 )
@@ -130,6 +177,8 @@ def strip_prefix(line: str) -> tuple[str, bool]:
             break
     if _LEVEL.match(body):
         quiet = True
+    if body[:1] in _QUOTES:  # a message quoted in prose ("Error Internal no error"): the quote is not the log
+        body = body.lstrip("".join(_QUOTES) + " ")
     return body, quiet
 
 

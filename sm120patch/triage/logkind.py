@@ -48,14 +48,27 @@ _CLIP = 200
 # "requires compute capability 9.0"): such a line says nothing about the GPU the log ran on
 _REQUIREMENT = re.compile(
     r"(?:only|support\w*|requir\w*|need\w*|expect\w*|least|minimum|min\.?|like|such as|e\.g\.|>=?|or newer|"
-    r"built for|compiled for|designed for|written for|targets?)\W*(?:\w+\W+){0,4}$",
+    r"built for|compiled for|designed for|written for|targets?|GPUs? with|cards? with|devices? with)"
+    r"\W*(?:\w+\W+){0,4}$",
+    re.I,
+)
+
+
+# ... or words after it that make it one ("capability 8.9 or higher required", "sm_90+")
+_REQUIREMENT_AFTER = re.compile(
+    r"^\W{0,3}(?:\+|or (?:higher|newer|above|later|greater)|and (?:above|newer|higher|later)|(?:is |are )?required|"
+    r"(?:is |are )?needed)",
     re.I,
 )
 
 
 def _shows_other_gpu(line: str) -> bool:
     """A GPU other than SM12x is named as the device (not as what a path requires)."""
-    return any(not _REQUIREMENT.search(line[max(0, m.start() - 60) : m.start()]) for m in _OTHER_GPU.finditer(line))
+    return any(
+        not _REQUIREMENT.search(line[max(0, m.start() - 60) : m.start()])
+        and not _REQUIREMENT_AFTER.match(line[m.end() :])
+        for m in _OTHER_GPU.finditer(line)
+    )
 
 
 @dataclass

@@ -107,7 +107,25 @@ class Signature:
             major = arch_major(details[self.arch_group])
             if major is not None:
                 verdict = "yes" if major == 12 else "no"
+            fact = self._arch_fact(details)  # ... unless that very architecture is a known value (12.1, a 12.0 build)
+            if fact is not None and fact.sm12x is not None:
+                verdict = fact.sm12x
         return verdict
+
+    def _arch_fact(self, details: dict[str, str]) -> ValueFact | None:
+        """The known-value fact for the architecture this match captured, if the catalogue has one."""
+        for group, facts in self.by_value:
+            if group == self.arch_group and group in details:
+                table = dict(facts)
+                return table.get(details[group], table.get(ANY_VALUE))
+        return None
+
+    def pinned(self, details: dict[str, str]) -> bool:
+        """The architecture captured is itself a known value with a verdict: the GPU the log shows must not
+        override it (a 12.1 GPU warned against a build up to 12.0 is SM12x, and still not proof that kernels
+        are missing)."""
+        fact = self._arch_fact(details) if self.arch_group else None
+        return fact is not None and fact.sm12x is not None
 
     def next_step_for(self, framework: str | None) -> str:
         """The fix in the crashed framework's own flags, else the general one."""
@@ -171,7 +189,7 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
     arch_group = raw.get("arch_group")
     if arch_group is not None and arch_group not in groups:
         raise fail(path, f"{where}.arch_group", f"names {arch_group!r}, which no regex captures", "fix it")
-    by_value = _by_value(path, where, raw.get("by_value", {}), set(pattern.groupindex))
+    by_value = _by_value(path, where, raw.get("by_value", {}), groups)
     advice = _advice(path, where, raw.get("advice", {}))
     texts = {k: raw[k] for k in ("meaning", "next_step", "check") if k in raw}
     texts.update({f"advice.{k}": v for k, v in advice})

@@ -34,6 +34,7 @@ CONTEXT_CLASSES = frozenset(
     }
 )
 FAULT_CAUSES = frozenset({"toolchain-lacks-arch", "binary-lacks-arch", "resource-limit", "arch-path-unsupported"})
+BUILD_BOUND = frozenset({"tensorrt"})  # libraries whose arch support is fixed per release (no JIT, no other path)
 WARNING_CLASSES = frozenset({"binary-lacks-arch", "toolchain-lacks-arch"})  # an INFO/WARNING line may show these
 # which class answers when several lines show one (an architecture cause first: a missed SM12x crash is worse)
 ORDER = (
@@ -47,10 +48,20 @@ ORDER = (
     "environment",
     "other",
 )
+# a line that starts a new record rather than going on with the one before (a frame, a level, a timestamp)
+_NEW_RECORD = re.compile(
+    r"^\s*(?:File \"|Traceback|During handling|The above exception|\[?\d{4}-\d\d-\d\d|\(\w+ pid=\d+\)|"
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|[EWIF]\d{4} |\w+(?:\.\w+)*(?:Error|Exception|Warning):)"
+)
 _PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
+# ... unless the line says something against it ("ptxas does not support CC 9.0", "ptxas too old")
+_COMPLAINT = re.compile(
+    r"(?i:too old|does not support|doesn't support|not support|unsupported|unknown|not defined|not recognized|"
+    r"\berror\b|\bfatal\b|\bfailed\b|cannot|can't)"
+)
 
 
 def _clip(text: str) -> str:
@@ -110,6 +121,18 @@ class StructureWatcher:
                 self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
                 break
 
+    def continuation(self, line_no: int, line: str, context: Sequence[str]) -> None:
+        """The line right after a bare fatal line: a message wrapped or split in two ("Failed to set the allowed
+        dynamic shared" / "memory size to 196608") shows its class only when the two are read as one."""
+        if self._bare is None or self._bare[0] != line_no - 1 or not line.strip() or _NEW_RECORD.match(line):
+            return
+        bare_no, bare = self._bare
+        joined = fatal.strip_prefix(bare)[0].rstrip() + " " + line.strip()
+        got = triage_classes.classify_line(joined)
+        if got is not None and got[0] not in self._named:
+            cue = f"{got[1]} (the message goes on in the next line)"
+            self._named[got[0]] = self._finding(got[0], cue, bare_no, bare, context, thin=False)
+
     def _cause_before(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """An architecture class shown, with an arch token, in the lines just before a kernel fault."""
         for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):
@@ -129,9 +152,13 @@ class StructureWatcher:
             return  # a traceback frame says where, not what
         body, quiet = fatal.strip_prefix(line)
         got = triage_classes.classify_line(body)
-        if got is None or got[1].lower() in _BARE_WORDS or got[0] in self._other:
+        if got is None or got[0] in self._other:
             return
-        if got[0] not in WARNING_CLASSES and (quiet or got[0] not in CONTEXT_CLASSES):
+        if got[1].lower() in _BARE_WORDS and not _COMPLAINT.search(body):
+            return  # "Used ptxas at ptxas": the tool named, nothing said against it
+        unreachable = got[0] == "environment" and triage_classes.driver_unreachable(body)  # "Setting the available
+        # devices to be zero" in a warning: nothing after it can run on the GPU
+        if got[0] not in WARNING_CLASSES and not unreachable and (quiet or got[0] not in CONTEXT_CLASSES):
             return
         cue = f"{got[1]} (in a line not logged as an error)"
         self._other[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
@@ -146,7 +173,7 @@ class StructureWatcher:
             pick is not None
             and pick.cls == "toolchain-lacks-arch"
             and path is not None
-            and "target" in path.cue
+            and ("target" in path.cue or path.cue.startswith("Feature"))
             and not _PTX_ISA.search(pick.line)  # "requires PTX ISA .version 8.0": the toolchain is too old after all
         ):
             pick = path  # ptxas knows the arch; the code uses a feature it lacks ("not supported on .target")
@@ -185,6 +212,9 @@ class StructureWatcher:
         ev = self.evidence
         around = line + "\n" + "\n".join(list(context)[-CONTEXT_CUE_LINES:])
         library = triage_classes.library_in(line) or ev.library_near(line_no)
+        if cls == "arch-path-unsupported" and library in BUILD_BOUND:
+            # TensorRT builds engines only for the archs its release knows: a refused arch is a release without it
+            cls, cue = "binary-lacks-arch", f"{cue} (in {library}, whose release carries the archs it knows)"
         return StructureFinding(
             cls=cls,
             line_no=line_no,

@@ -3,8 +3,9 @@
 The oracle is the corpus: each case's cause, class, fix and expected id were written by hand
 from the public thread it comes from. These tests only compare diagnose's answer with them.
 Issue 13's targets hold on the seed corpus (sm12x.toml, other.toml, heldout.toml); issue 23's
-on the development part (dev-*.toml) and the held-out parts (heldout-a/-b.toml, scored once and
-looked at a second time at the end; heldout-c.toml, held-out-2, scored once).
+on the development part (dev-*.toml), on held-out 1 and 2 (heldout-a/-b.toml, heldout-c.toml: each
+scored once, then opened for development) and on held-out 3 (heldout-d*/-e*.toml: collected blind,
+scored once by the integrator after the classifier was merged).
 """
 
 from __future__ import annotations
@@ -13,47 +14,39 @@ from pathlib import Path
 
 import pytest
 
-from tools.triage_score import Case, CorpusError, Outcome, load_corpus, run_case, score
+from tools.triage_score import HELDOUT_3_FILES, Case, CorpusError, Outcome, load_corpus, run_case, score
 
 CASES = load_corpus()
 RECALL_TARGET = 0.90
 # issue 23: SM12x right (class or id, SM12x not denied) on each part, 0 false alarms, 0 silent.
-# held-out (heldout-a/-b.toml) was scored once on 2026-12-01 and missed the targets (30/48 SM12x right,
-# 1 false alarm, 8 silent); development then went on on the dev part only, and at the end it was
-# looked at a second time: 34/48, 1 false alarm, 6 silent. held-out-2 (heldout-c.toml), collected
-# while development went on, was scored once at the end: 42/48 SM12x right (meets >= 80%), 0 false
-# alarms (meets), 3 silent (misses 0). Where a target is met it is asserted; where not, the measured
-# score is the floor and the cases it missed are strict xfails, so fixing one (by a general change,
-# never by tuning to held-out cases) makes the test say so.
+# History (docs/crashed.md keeps the one-shot figures): held-out 1 (heldout-a/-b.toml) was scored once
+# on 2026-12-01 (30/48 SM12x right, 1 false alarm, 8 silent), looked at a second time (34/48, 1, 6);
+# held-out 2 (heldout-c.toml) was scored once (42/48, 0, 3). Both were then opened for development: the
+# cases they missed were read and their causes fixed by general changes (fatal-line families, cues), so
+# from then on they are in-sample and held to the targets like the dev part.
+# Held-out 3 (heldout-d*/-e*.toml) is the one-shot set now. The integrator scores it once
+# (`tools/triage_score.py --part held-out-3 --cases`) and writes the result down here, never tuning for it:
+# where a target is met it stays asserted; where not, HELDOUT3_FLOOR becomes the measured SM12x-right
+# share and the cases it missed go into HELDOUT3_FALSE_ALARMS / HELDOUT3_SILENT as strict xfails (a later
+# general change that fixes one makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
+HELDOUT3_FLOOR = ISSUE_23_HELDOUT_TARGET  # integrator: the one-shot SM12x-right share, if below the target
+HELDOUT3_FALSE_ALARMS: frozenset[str] = frozenset()  # integrator: ids blamed on SM12x in the one-shot score
+HELDOUT3_SILENT: frozenset[str] = frozenset()  # integrator: ids answered with silence in the one-shot score
 PART_TARGETS = {
     "dev": 0.90,
-    "held-out": 34 / 48,  # second look: the measured floor, below the target
-    "held-out-2": ISSUE_23_HELDOUT_TARGET,  # scored once: met
+    "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
+    "held-out-2": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
+    "held-out-3": HELDOUT3_FLOOR,  # the one-shot set
 }
-HELDOUT_FALSE_ALARMS = frozenset(
-    [
-        "pytorch-172629-gb10-capability-warning-false-positive",
-    ]
-)  # held-out (second look); held-out-2 has none, asserted
-HELDOUT_SILENT = frozenset(
-    [
-        "whisperx-1211-5090-cudnn8-dll-missing",
-        "paddle-72252-5080-laptop-cu118-silent-zeros",
-        "trtllm-11368-gb10-nvfp4-gemm-cutlass-smem-overflow",
-        "vllm-40153-pro6000-gpt-oss-sinks-no-flashinfer-flash-attn",
-        "prismml-llamacpp-199-5090-proprietary-module-rminitadapter",
-        "blog-prathamesh-pro6000-nvidia-smi-no-devices-proprietary-driver-firmware",
-    ]
-)
-HELDOUT2_SILENT = frozenset(
-    [
-        "xla-5932-h800-ptxas-does-not-support-cc90",
-        "discuss-vllm-1603-5090-xformers-not-available-warning",
-        "comfyui-flashvsr-6-5090-cudamallocasync-internal-assert",
-    ]
-)  # held-out-2: the 0-silent target is not met; the floor
-KNOWN = {"held-out": (HELDOUT_FALSE_ALARMS, HELDOUT_SILENT), "held-out-2": (frozenset(), HELDOUT2_SILENT)}
+# A log with no failure in it (the case's own note: a warning in a healthy startup log): exit 0 with
+# "no fatal lines" is diagnose's documented answer for it, and a healthy log with scary warnings must stay
+# exit 0 (test_diagnose_classes.py), so it stays "silent" by the corpus's count. Not a one-shot miss.
+NO_FAILURE_IN_LOG = frozenset(["discuss-vllm-1603-5090-xformers-not-available-warning"])
+KNOWN = {
+    "held-out-2": (frozenset(), NO_FAILURE_IN_LOG),
+    "held-out-3": (HELDOUT3_FALSE_ALARMS, HELDOUT3_SILENT),
+}
 
 
 def _by_id(sm12x: bool) -> list[Case]:
@@ -81,22 +74,28 @@ def test_every_expected_id_is_in_the_catalogue() -> None:
 
 
 def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]:
-    """Cases, with the held-out ones the one-shot score missed marked as strict xfails."""
-    reason = f"held-out, scored once and not tuned for: {what} (docs/crashed.md)"
+    """Cases, with the ones a one-shot score missed (and the log without a failure) as strict xfails."""
+
+    def reason(c: Case) -> str:
+        if c.id in NO_FAILURE_IN_LOG:
+            return "the log shows no failure (its own note); exit 0 is diagnose's answer for a healthy log"
+        return f"held-out-3, scored once and not tuned for: {what} (docs/crashed.md)"
+
     return [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=reason)) if c.id in missed else c for c in cases
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=reason(c))) if c.id in missed else c
+        for c in cases
     ]
 
 
 @pytest.mark.parametrize(
-    "case", _known(CASES, HELDOUT_SILENT | HELDOUT2_SILENT, "answered with silence"), ids=lambda c: c.id
+    "case", _known(CASES, HELDOUT3_SILENT | NO_FAILURE_IN_LOG, "answered with silence"), ids=lambda c: c.id
 )
 def test_no_fatal_log_is_answered_with_silence(case: Case, outcomes: dict[str, Outcome]) -> None:
     o = outcomes[case.id]
     assert not o.silent, f"{case.url}: exit 0 with nothing named"
 
 
-@pytest.mark.parametrize("case", _known(_by_id(False), HELDOUT_FALSE_ALARMS, "blamed on SM12x"), ids=lambda c: c.id)
+@pytest.mark.parametrize("case", _known(_by_id(False), HELDOUT3_FALSE_ALARMS, "blamed on SM12x"), ids=lambda c: c.id)
 def test_other_crashes_are_never_blamed_on_sm12x(case: Case, outcomes: dict[str, Outcome]) -> None:
     o = outcomes[case.id]
     assert not o.blamed, f"{case.url} ({case.gpu}): blamed on SM12x; named {o.named}"
@@ -110,7 +109,7 @@ def test_sm12x_recall_meets_the_target(outcomes: dict[str, Outcome]) -> None:
 
 
 def test_blame_on_sm12x_comes_from_sm12x_cases_only(outcomes: dict[str, Outcome]) -> None:
-    blamed = [o for o in outcomes.values() if o.blamed and o.case.id not in HELDOUT_FALSE_ALARMS]
+    blamed = [o for o in outcomes.values() if o.blamed and o.case.id not in HELDOUT3_FALSE_ALARMS]
     assert blamed and all(o.case.sm12x for o in blamed)
 
 
@@ -147,7 +146,8 @@ def test_corpus_schema_errors_are_one_line(tmp_path: Path) -> None:
 def test_each_part_meets_issue_23_targets(part: str, outcomes: dict[str, Outcome]) -> None:
     mine = [o for o in outcomes.values() if o.case.part == part]
     if not mine:
-        pytest.skip(f"no {part} cases in tests/corpus/triage/ (heldout-*.toml is merged once, at the end)")
+        files = ", ".join(f"{f}*.toml" for f in HELDOUT_3_FILES) if part == "held-out-3" else f"the {part} files"
+        pytest.skip(f"no {part} cases in tests/corpus/triage/ yet ({files}: collected blind, merged once, then scored)")
     pos = [o for o in mine if o.case.sm12x]
     right = [o for o in pos if o.sm12x_right]
     missed = [f"{o.case.id} (named {o.named})" for o in pos if not o.sm12x_right]
@@ -157,12 +157,25 @@ def test_each_part_meets_issue_23_targets(part: str, outcomes: dict[str, Outcome
     assert {o.case.id for o in mine if o.silent} <= known_silent
 
 
-def test_heldout_floor_is_below_issue_23_target_and_says_so() -> None:
-    """Kept honest: a held-out floor is the measured score, not the target; raise it only by a
-    general change that lifts the held-out score, never by tuning to held-out cases."""
-    assert PART_TARGETS["held-out"] < ISSUE_23_HELDOUT_TARGET
-    assert PART_TARGETS["held-out-2"] == ISSUE_23_HELDOUT_TARGET
-    assert len(HELDOUT_FALSE_ALARMS) == 1 and len(HELDOUT_SILENT) == 6 and len(HELDOUT2_SILENT) == 3
+def test_heldout_floors_are_the_targets_or_say_so() -> None:
+    """Kept honest: the opened held-out parts are held to the targets; held-out 3's floor is the target until
+    its one-shot score is written down, and then only ever the measured score (below the target, never above
+    what was measured), with the misses as strict xfails."""
+    assert PART_TARGETS["held-out"] == PART_TARGETS["held-out-2"] == ISSUE_23_HELDOUT_TARGET
+    assert HELDOUT3_FLOOR <= ISSUE_23_HELDOUT_TARGET
+    assert not (HELDOUT3_SILENT | HELDOUT3_FALSE_ALARMS) or any(c.part == "held-out-3" for c in CASES)
+    assert set(KNOWN) == {"held-out-2", "held-out-3"} and len(NO_FAILURE_IN_LOG) == 1
+
+
+def test_held_out_3_is_the_one_shot_part() -> None:
+    """heldout-d*/-e*.toml score as held-out-3 and nowhere else; until they exist the part is empty (and
+    test_each_part_meets_issue_23_targets[held-out-3] skips, saying why)."""
+    mine = [c for c in CASES if c.part == "held-out-3"]
+    assert all(c.source.startswith(HELDOUT_3_FILES) for c in mine)
+    assert not [c for c in CASES if c.source.startswith(HELDOUT_3_FILES) and c.part != "held-out-3"]
+    if not mine:
+        pytest.skip("no heldout-d*.toml / heldout-e*.toml yet: held-out 3 is merged once, then scored")
+    assert all(not c.expect for c in mine), "held-out 3 is collected blind: expect = [] on every case"
 
 
 def test_new_cases_carry_class_and_source_and_come_from_more_than_github() -> None:
@@ -189,13 +202,15 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         'sm12x = true\nclass = "binary-lacks-arch"\nsource = "reddit"\ncause = "c"\nfix = "f"\nexpect = []\n'
         "excerpt = 'RuntimeError: CUDA error: no kernel image is available for execution on the device'\n"
     )
-    for name in ("dev-x.toml", "heldout-x.toml", "heldout-c.toml", "sm12x.toml"):
+    for name in ("dev-x.toml", "heldout-x.toml", "heldout-c.toml", "heldout-d.toml", "heldout-e2.toml", "sm12x.toml"):
         (tmp_path / name).write_text(case.replace('id = "x"', f'id = "{name}"').replace("/1", f"/{name}"))
     parts = {c.source: c.part for c in load_corpus(tmp_path)}
     assert parts == {
         "dev-x.toml": "dev",
         "heldout-x.toml": "held-out",
         "heldout-c.toml": "held-out-2",
+        "heldout-d.toml": "held-out-3",
+        "heldout-e2.toml": "held-out-3",
         "sm12x.toml": "seed",
     }
     (tmp_path / "dev-x.toml").write_text(case.replace("binary-lacks-arch", "out-of-memory"))
