@@ -30,9 +30,17 @@ RECALL_TARGET = 0.90
 # share and the cases it missed go into HELDOUT3_FALSE_ALARMS / HELDOUT3_SILENT as strict xfails (a later
 # general change that fixes one makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT3_FLOOR = ISSUE_23_HELDOUT_TARGET  # integrator: the one-shot SM12x-right share, if below the target
-HELDOUT3_FALSE_ALARMS: frozenset[str] = frozenset()  # integrator: ids blamed on SM12x in the one-shot score
-HELDOUT3_SILENT: frozenset[str] = frozenset()  # integrator: ids answered with silence in the one-shot score
+# One-shot score of held-out 3, 2026-12-01 ~12:05 UTC, on the merged tree (commit 26a265c): 36/50 SM12x
+# right (72.0%), 1 false alarm, 3 silent. None of issue 23's three targets is met on it.
+HELDOUT3_FLOOR = 36 / 50  # the one-shot SM12x-right share (target 0.80: missed)
+HELDOUT3_FALSE_ALARMS: frozenset[str] = frozenset(["turbodiffusion-80-a10-nvcc-compute120a-unsupported"])
+HELDOUT3_SILENT: frozenset[str] = frozenset(
+    [
+        "cutlass-2947-gb10-cute-dsl-tcgen05-mxf4-op-rejects-sm121",
+        "llama-cpp-7822-docker-server-cuda-libcuda-so-1-missing",
+        "vllm-pr38126-gb10-build-skips-sm12x-kernels-12-1a",
+    ]
+)
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
