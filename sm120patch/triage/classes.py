@@ -37,6 +37,22 @@ CLASSES: dict[str, tuple[bool, str]] = {
 }
 SM12X_CLASSES = frozenset(c for c, (arch, _) in CLASSES.items() if arch)
 
+# A build (CMake, setup.py) that left kernels out because none of its arch list matched the target: on its
+# own a healthy build for another GPU says it too, so structure.py counts it only when the log targets SM12x
+SKIPPED_BUILD = re.compile(
+    r"\bno compatible (?:CUDA |GPU )?arch(?:itecture)?s? (?:were |was )?found|"
+    r"\b[Nn]ot building \S+.{0,60}\b(?:no|without) (?:compatible |matching |supported )?(?:CUDA )?arch"
+)
+# An arch list or arch table a build or dispatch uses: a refusal next to it refuses this GPU's arch
+_ARCH_SETTING = re.compile(
+    r"TORCH_CUDA_ARCH_LIST|CUDA_ARCHITECTURES|CUDAARCHS|\bcuda_archs?\b|\barch(?:itecture)? (?:list|table)\b|"
+    r"\bgencode\b|\bgpu_archs?\b"
+)
+# a source line of a frame that picks something by the arch: a name it left unset failed there
+ARCH_DISPATCH = re.compile(
+    r"gencode|arch=compute_|compute_\{|sm_?\{|get_device_capability|compute_cap|\bcapability\b|"
+    r"TORCH_CUDA_ARCH_LIST|\bcuda_arch\w*|\barch\b|\bsm_?(?:ver|version|major|arch)\w*|\bis_sm\d+"
+)
 # Per class, the words that show it, most telling classes first (first match wins).
 _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
@@ -65,6 +81,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError 12[67]\]|"
             r"[Tt]he specified (?:module|procedure) could not be found|"
+            # the dynamic loader gives up before main (Linux ld.so, macOS dyld): a library the image needs is absent
+            r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
             # the same in other languages: a module, file or library not found
             r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
             r"지정된 모듈을 찾을 수 없습니다|"
@@ -102,7 +120,12 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?!(?:this|the|your|current) (?:GPU|device|card|hardware))"
             r"(?:this (?:version|release|build)|the (?:installed|current) (?:version|build|wheel)|[A-Z][\w.-]+)|"
             # a kernel named for an arch that is not there: the build left it out ("SM89 kernel is not available")
-            r"\b(?:sm_?|SM ?)\d{2,3}[af]? kernels? (?:is |are )?(?:not available|missing|not (?:compiled|built))"
+            r"\b(?:sm_?|SM ?)\d{2,3}[af]? kernels? (?:is |are )?(?:not available|missing|not (?:compiled|built))|"
+            # a build script that skipped kernels because none of its arch list matched the target
+            + SKIPPED_BUILD.pattern
+            + r"|"
+            # PyTorch's warning that its build lacks the GPU, as its second line says it (the first may be cut off)
+            r"If you want to use the .{1,80} GPU with PyTorch"
         ),
     ),
     # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
@@ -204,7 +227,14 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"sm_?\d+[af]? (?:is )?not supported|"
             r"not (?:yet )?supported (?:on|for|by) (?:this|the current|your|current)? ?"
             r"(?:GPU|device|arch|platform|hardware|SM)|"
-            r"(?:only|not) supported (?:on|for) (?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|GPUs? with)|"
+            r"(?:only|not) supported (?:on|for) "
+            r"(?:SM ?\d|sm_?\d|Hopper|Blackwell|H100|B200|(?:GPUs?|devices?|cards?) with)|"
+            # a build script (setup.py, CMake) that refuses the arch list it was given, or lists what it accepts
+            r"\bNone of the (?:\w+ ){0,3}arch\w*\b.{0,120}\b(?:is|are) supported|"
+            r"[Ss]upported (?:CUDA |GPU |compute )?(?:archs?|architectures?|capabilit\w+) (?:are|is|include)\b|"
+            # a dispatch table keyed by the arch has no entry for this GPU
+            r"\bKeyError:\s*['\"(]?(?:sm_?\d{2,3}[af]?|SM ?\d{2,3}|compute_\d{2,3}[af]?|\d{1,2}, ?\d|"
+            r"\d{1,2}\.\d[af]?)['\")]?\s*$|"
             r"\bonly supports? (?:SM|sm_|Hopper|Blackwell|H100|B200|compute capability|GPUs?)|"
             r"\bonly supports? (?:\w+[ -]){1,3}(?:GPUs?|devices?|arch\w*|cards?)\b|"
             r"(?:Ampere|Hopper|Ada|Turing|Volta|Blackwell)(?: GPUs?)? (?:or|and) (?:newer|later|above)|"
@@ -284,7 +314,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|Workspace Null|Arch Mismatch)\b"
         ),
     ),
-    ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b")),
+    ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b|\btrtllm\w*|\bTllm\w+|\btrt_llm\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
@@ -305,7 +335,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # lower-case words every library pattern above needs, for the prefilter (prefilter.py)
 LIBRARY_WORDS = (
     "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
-    "vllm._", "_custom_ops", "cutlass", "tensorrt", "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
+    "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
+    "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
     "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
     "vllm", "sglang", "torch",
@@ -318,6 +349,7 @@ _ARCH = re.compile(
     r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
     r"(?-i:(?<=[a-z])Sm(?P<cam>\d{2,3})[af]?)(?![0-9])|"  # CamelCase kernel names: GemmSm100, FmhaSm90
     r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
+    r"(?P<cmp>[Cc]apability\s*(?:[<>]=?|==|!=|\u2265|\u2264)\s*\d{1,3}(?:\.\d)?)|"
     r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
     r"major versions \[(?P<majors>[\d, ]+)\]",
     re.I,
@@ -332,6 +364,11 @@ _SM12X_TOKEN = re.compile(
     r"\b(?:GeForce|consumer|workstation) Blackwell\b|\bSM:? ?0x12[01]0\b",
     re.I,
 )
+
+# the arch a check got, after the list it expected ("expects arch to be one of [...], but got Arch.sm_121")
+_GOT_SM12X = re.compile(r"\bbut (?:got|found|received|is|was)\W{0,3}(?:\w+\.)?(?:sm_?12[01][af]?|SM ?12[01])(?![0-9])")
+# a target list that holds 12.x ("CUDA target architectures: 12.1a", TORCH_CUDA_ARCH_LIST="12.0")
+_SM12X_TARGET = re.compile(r"(?i:arch\w*)\b.{0,40}(?<![\d.])12\.[01][af]?(?![\d.])")
 
 # Backend choices the launch made (flags, env vars, server-args dumps).
 _FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -403,7 +440,7 @@ _REFUSAL = re.compile(
     r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
     r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
-    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpected\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
 
@@ -475,6 +512,11 @@ def _classify_words(body: str) -> tuple[str, str] | None:
         for r in _REFUSAL.finditer(body):
             if abs(r.start() - arch.start()) <= 80:
                 return "arch-path-unsupported", f"{r.group(0)} ... {arch.group(0)}"
+    setting = _ARCH_SETTING.search(body)
+    if setting:  # a build script or dispatch refused the arch list it was given
+        for r in _REFUSAL.finditer(body):
+            if abs(r.start() - setting.start()) <= 120:
+                return "arch-path-unsupported", f"{r.group(0)} ... {setting.group(0)}"
     return None
 
 
@@ -488,6 +530,8 @@ class Evidence:
     sm12x_token: tuple[int, str] | None = None
     sm12x_tokens: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=16))
     last_frame: tuple[int, str] | None = None
+    arch_list: tuple[int, str] | None = None  # the first line naming several archs (a build's target list)
+    sm12x_target: bool = False  # the log builds or compiles for SM12x (a target list with 12.x in it)
 
     def feed(self, line_no: int, line: str) -> None:
         frame = _FRAME.search(line) if 'File "' in line else None
@@ -500,7 +544,12 @@ class Evidence:
                 break
         archs = [_arch_name(m) for m in _ARCH.finditer(line)]
         self.archs.extend((line_no, a) for a in archs)
-        t = _SM12X_TOKEN.search(line) if len(archs) < 3 else None  # an arch list names no GPU
+        if len(set(archs)) >= 3 and self.arch_list is None:
+            self.arch_list = (line_no, line.strip()[:200])
+        if not self.sm12x_target and (_SM12X_TOKEN.search(line) or _SM12X_TARGET.search(line)):
+            self.sm12x_target = True
+        # an arch list names no GPU, except the arch a check says it got ("one of [...], but got sm_121")
+        t = _SM12X_TOKEN.search(line) if len(archs) < 3 else _GOT_SM12X.search(line)
         if t:
             self.sm12x_tokens.append((line_no, t.group(0)))
             if self.sm12x_token is None:
@@ -569,6 +618,8 @@ def _arch_name(m: re.Match[str]) -> str:
         return f"compute_{g['cc']}"
     if g.get("maj"):
         return f"capability {g['maj']}.{g['min']}"
+    if g.get("cmp"):
+        return " ".join(g["cmp"].split())
     if g.get("majors"):
         return "majors [" + g["majors"].strip() + "]"
     return g.get("named") or m.group(0)
@@ -592,9 +643,13 @@ def has_arch_token(text: str) -> bool:
 
 
 def sm12x_token_in(text: str) -> str | None:
-    """An SM12x token in a line that is not an arch list (a build's list names no GPU)."""
+    """An SM12x token in a line that is not an arch list (a build's list names no GPU), or the arch a check
+    says it got after listing the ones it accepts."""
     for line in text.splitlines():
         if len(_ARCH.findall(line)) >= 3:
+            got = _GOT_SM12X.search(line)
+            if got:
+                return got.group(0)
             continue
         m = _SM12X_TOKEN.search(line)
         if m:

@@ -319,8 +319,8 @@ class Diagnoser:
             line = _ANSI.sub("", line)
         line = _normalize(line)
         after_fatal, self._after_fatal = self._after_fatal, False
-        if after_fatal:  # a fatal message may go on in this line, whatever words it has
-            self.structure.continuation(self.lines_read, line, self._context)
+        if after_fatal:  # a fatal message may go on in this line (and the next), whatever words it has
+            self._after_fatal = self.structure.continuation(self.lines_read, line, self._context)
         if self._prefilter is not None and not self._prefilter.passes(line):
             if self.lines_read <= FULL_KIND_LINES:
                 self.kind.feed_marks(line)  # framework marks are in every line of some logs
@@ -428,6 +428,10 @@ class Diagnoser:
         verdict, notes = f.sm12x, list(f.notes)
         if f.source == "recipe" and f.journal == APPLIED:
             verdict = "yes"  # the journal shows sm120patch opened an SM12x gate there
+        elif verdict == "yes" and f.cls == "toolchain-lacks-arch" and self.kind.gpu != "sm12x":
+            verdict, why = self._compile_target(f)
+            if why:
+                notes.append(why)
         elif verdict == "maybe" and not (f.sig is not None and f.sig.pinned(f.details)):
             gpu = self.kind.gpu
             if f.cls not in triage_classes.SM12X_CLASSES:
@@ -454,6 +458,20 @@ class Diagnoser:
         if verdict == "maybe":
             check = _fill(sig.check, details) if sig is not None and sig.check else GPU_CHECK
         return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes)
+
+    def _compile_target(self, f: Finding) -> tuple[str, str]:
+        """A compiler refusing an SM12x arch names what the build targets, not the GPU it runs on: a build's
+        arch list may hold 12.x on any machine. Kept "yes" unless the log shows another GPU or such a list."""
+        ev = self.kind.other_gpu
+        if self.kind.gpu == "other" and ev is not None:
+            return "no", f"the SM12x arch is a compile target; the log shows a GPU that is not SM12x ({ev.line})"
+        listed = self.structure.evidence.arch_list
+        if listed is not None:
+            return "maybe", (
+                f"the SM12x arch is one of a build's target list (line {listed[0]}: {listed[1][:120]}), "
+                "which names no GPU: the toolchain lacks it whatever the GPU is"
+            )
+        return "yes", ""
 
     def _split_by_journal(self, ids: list[str]) -> tuple[list[str], list[str]]:
         if self.applied is None:

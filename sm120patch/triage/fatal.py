@@ -133,6 +133,10 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
             r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError \d+\]|"
             r"[Tt]he specified (?:module|procedure) could not be found|"
+            # the dynamic loader gives up before main (Linux ld.so, macOS dyld)
+            r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
+            # a check that names what it expected and what it got ("expects arch to be one of [...], but got X")
+            r"\b[Ee]xpect(?:s|ed)\b.{1,160}\bbut (?:got|found|received|is|was)\b|"
             # nvidia-smi and friends: the driver answers, but no GPU
             r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b|"
             r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"

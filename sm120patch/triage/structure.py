@@ -53,6 +53,9 @@ _NEW_RECORD = re.compile(
     r"^\s*(?:File \"|Traceback|During handling|The above exception|\[?\d{4}-\d\d-\d\d|\(\w+ pid=\d+\)|"
     r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|[EWIF]\d{4} |\w+(?:\.\w+)*(?:Error|Exception|Warning):)"
 )
+JOIN_LINES = 3  # a message wrapped at a terminal's width is read as one over this many lines
+# a name never bound (an if/elif chain on the arch with no branch for this GPU), or a lookup that missed
+_UNBOUND = re.compile(r"\b(?:NameError|UnboundLocalError|KeyError)\b")
 _PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
@@ -99,6 +102,9 @@ class StructureWatcher:
     _before: dict[str, StructureFinding] = field(default_factory=dict)  # class shown just before a bare line
     _other: dict[str, StructureFinding] = field(default_factory=dict)  # class shown by a line that is not fatal
     _bare: tuple[int, str] | None = None  # the last fatal line whose words show no class
+    _joined: tuple[int, str, int] | None = None  # a bare line being joined with the lines after it: (no, text, n)
+    _skipped: StructureFinding | None = None  # a build that skipped kernels for want of an arch (SKIPPED_BUILD)
+    _dispatch: StructureFinding | None = None  # a name left unbound in code that picks by the arch
     _fault_cause: dict[str, StructureFinding] = field(default_factory=dict)  # arch class shown before a fault
 
     def feed(self, line_no: int, line: str) -> None:
@@ -114,6 +120,13 @@ class StructureWatcher:
                 self._cause_before(line_no, line, context)
             return
         self._bare = (line_no, line)
+        self._joined = (line_no, fatal.strip_prefix(line)[0].rstrip(), 1)
+        if self._dispatch is None and _UNBOUND.search(line):
+            code = [b for b in list(context)[-3:] if not b.lstrip().startswith(('File "', "Traceback"))]
+            hit = next((m for b in reversed(code) for m in [triage_classes.ARCH_DISPATCH.search(b)] if m), None)
+            if hit is not None:
+                cue = f"a name left unset in code that picks by the arch ({hit.group(0)})"
+                self._dispatch = self._finding("arch-path-unsupported", cue, line_no, line, context, thin=True)
         for before in reversed(list(context)[-CONTEXT_CUE_LINES:]):  # the lines that led up to it
             got = triage_classes.classify_line(fatal.strip_prefix(before)[0])
             if got is not None and got[0] in CONTEXT_CLASSES and got[0] not in self._before:
@@ -121,17 +134,25 @@ class StructureWatcher:
                 self._before[got[0]] = self._finding(got[0], cue, line_no, line, context, thin=True)
                 break
 
-    def continuation(self, line_no: int, line: str, context: Sequence[str]) -> None:
-        """The line right after a bare fatal line: a message wrapped or split in two ("Failed to set the allowed
-        dynamic shared" / "memory size to 196608") shows its class only when the two are read as one."""
-        if self._bare is None or self._bare[0] != line_no - 1 or not line.strip() or _NEW_RECORD.match(line):
-            return
+    def continuation(self, line_no: int, line: str, context: Sequence[str]) -> bool:
+        """The lines right after a bare fatal line: a message wrapped or split ("Failed to set the allowed
+        dynamic shared" / "memory size to 196608", or over three lines at a terminal's width) shows its class
+        only when they are read as one. True while the next line may still go on with it."""
+        if self._bare is None or self._joined is None or not line.strip() or _NEW_RECORD.match(line):
+            return False
         bare_no, bare = self._bare
-        joined = fatal.strip_prefix(bare)[0].rstrip() + " " + line.strip()
+        start, text, n = self._joined
+        if start != bare_no or bare_no + n != line_no:
+            return False
+        joined = text + " " + line.strip()
+        self._joined = (start, joined, n + 1)
         got = triage_classes.classify_line(joined)
-        if got is not None and got[0] not in self._named:
-            cue = f"{got[1]} (the message goes on in the next line)"
-            self._named[got[0]] = self._finding(got[0], cue, bare_no, bare, context, thin=False)
+        if got is not None:
+            if got[0] not in self._named:
+                cue = f"{got[1]} (the message goes on in the next line{'s' if n > 1 else ''})"
+                self._named[got[0]] = self._finding(got[0], cue, bare_no, bare, context, thin=False)
+            return False
+        return n + 1 < JOIN_LINES
 
     def _cause_before(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """An architecture class shown, with an arch token, in the lines just before a kernel fault."""
@@ -156,6 +177,11 @@ class StructureWatcher:
             return
         if got[1].lower() in _BARE_WORDS and not _COMPLAINT.search(body):
             return  # "Used ptxas at ptxas": the tool named, nothing said against it
+        if triage_classes.SKIPPED_BUILD.search(body):  # a build for another GPU skips kernels too: only when the
+            if self._skipped is None:  # log targets SM12x does it say the build lacks this GPU (answer() checks)
+                cue = f"{got[1]} (a build that skipped kernels for want of a matching arch)"
+                self._skipped = self._finding(got[0], cue, line_no, line, context, thin=True)
+            return
         unreachable = got[0] == "environment" and triage_classes.driver_unreachable(body)  # "Setting the available
         # devices to be zero" in a warning: nothing after it can run on the GPU
         if got[0] not in WARNING_CLASSES and not unreachable and (quiet or got[0] not in CONTEXT_CLASSES):
@@ -181,6 +207,10 @@ class StructureWatcher:
             pick = _first(self._other)
         if pick is None:  # a bare crash long after torch warned that its build lacks the GPU: that warning
             pick = _first({c: f for c, f in self._other.items() if c in WARNING_CLASSES})
+        if pick is None and self._skipped is not None and (kind.gpu == "sm12x" or self.evidence.sm12x_target):
+            pick = self._skipped  # kernels skipped by a build that targets SM12x: the build lacks them
+        if pick is None and self._dispatch is not None:
+            pick = self._dispatch
         last = self._bare or self.evidence.last_frame
         if pick is None and last is not None:
             line_no, line = last
@@ -190,7 +220,9 @@ class StructureWatcher:
             # often a path not written for it (said as thin, "maybe"; a GPU shown as another keeps it "other")
             on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
             kernel_lib = lib not in _FRAMEWORKS
-            cls = "arch-path-unsupported" if kernel_lib and (archs or on_sm12x) else "other"
+            # an arch in the failing line itself or the kernel named just below it ("Kernel: bmm_..._sm100f")
+            here = [a for a in self.evidence.archs_near(line_no, window=0, after=FRAMES_AFTER) if not _is_sm12x(a)]
+            cls = "arch-path-unsupported" if (kernel_lib and (archs or on_sm12x)) or here else "other"
             if cls == "other":
                 cue = ""
             elif archs:
@@ -249,6 +281,10 @@ class StructureWatcher:
             return "yes", "", notes
         check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; {GPU_CHECK}"
         return "maybe", check, notes
+
+
+def _is_sm12x(arch: str) -> bool:
+    return arch.upper().replace("_", "").startswith(("SM12", "COMPUTE12"))
 
 
 def _first(found: dict[str, StructureFinding]) -> StructureFinding | None:
