@@ -83,6 +83,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Tt]he specified (?:module|procedure) could not be found|"
             # the dynamic loader gives up before main (Linux ld.so, macOS dyld): a library the image needs is absent
             r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
+            r"(?i:dynamic link library \(DLL\) initiali[sz]ation|DLL initiali[sz]ation routine failed)|"
+            r"_cuda_getDeviceCount\(\)|"
             # the same in other languages: a module, file or library not found
             r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
             r"지정된 모듈을 찾을 수 없습니다|"
@@ -125,7 +127,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             + SKIPPED_BUILD.pattern
             + r"|"
             # PyTorch's warning that its build lacks the GPU, as its second line says it (the first may be cut off)
-            r"If you want to use the .{1,80} GPU with PyTorch"
+            r"If you want to use the .{1,80} GPU with PyTorch|"
+            # the installed build (not a path in it) does not fit the GPU
+            r"(?i:not compatible with (?:the |this |your )?(?:installed |current )?[\w.-]+ "
+            r"(?:installation|build|wheel|package|binar(?:y|ies)))"
         ),
     ),
     # the assembler knows the arch, the code uses what the arch lacks (wgmma, tcgen05, block-scaled mma, ...);
@@ -222,7 +227,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "arch-path-unsupported",
         re.compile(
             r"[Uu]nsupported (?:CUDA |GPU |compute )?"
-            r"(?:architecture|arch\b|SM\b|GPU|device|compute capability|hardware)|"
+            r"(?:architecture|arch\b|SM\b|GPU|device|compute capability|capabilit(?:y|ies)|hardware)|"
             r"\bis_sm\d+\w*.{0,60}to be true|(?:GPU|device|architecture|platform) (?:is )?not (?:yet )?supported|"
             r"sm_?\d+[af]? (?:is )?not supported|"
             r"not (?:yet )?supported (?:on|for|by) (?:this|the current|your|current)? ?"
@@ -232,6 +237,11 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             # a build script (setup.py, CMake) that refuses the arch list it was given, or lists what it accepts
             r"\bNone of the (?:\w+ ){0,3}arch\w*\b.{0,120}\b(?:is|are) supported|"
             r"[Ss]upported (?:CUDA |GPU |compute )?(?:archs?|architectures?|capabilit\w+) (?:are|is|include)\b|"
+            # the GPU or its architecture refused, in Chinese, Japanese or Korean
+            r"(?:架构|架構|アーキテクチャ|아키텍처|显卡|顯卡|GPU|设备|設備|デバイス)\S{0,8}"
+            r"(?:不受支持|不支持|不被支持|未対応|非対応|サポートされていません|지원되지 않)|"
+            # hardware of one arch family only (tcgen05/TMEM/UMMA: SM100/SM103; wgmma: SM90a) in the failing line
+            r"\b(?:tcgen05|TMEM|tmem_\w+|UMMA|umma_\w+|wgmma|WGMMA|warpgroup[_ ]mma)\b|"
             # a dispatch table keyed by the arch has no entry for this GPU
             r"\bKeyError:\s*['\"(]?(?:sm_?\d{2,3}[af]?|SM ?\d{2,3}|compute_\d{2,3}[af]?|\d{1,2}, ?\d|"
             r"\d{1,2}\.\d[af]?)['\")]?\s*$|"
@@ -324,6 +334,26 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
     ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
     ("transformer_engine", re.compile(r"\btransformer_engine\b")),
+    ("sageattention", re.compile(r"\bsage_?attention\w*|\bsageattn\w*|\bspas_sage\w*|\bspargeattn\b", re.I)),
+    ("deep_ep", re.compile(r"\bdeep_ep\b")),
+    ("torchao", re.compile(r"\btorchao\b")),
+    ("liger_kernel", re.compile(r"\bliger_kernel\b")),
+    ("quantization kernels", re.compile(r"\b(?:awq|exllama\w*|marlin\w*|auto_gptq|gptqmodel|vptq|hqq|aqlm)\b")),
+    ("fla", re.compile(r"\bfla/(?:ops|modules)\b|\bfla\.ops\b")),
+    ("cupy", re.compile(r"\bcupy\w*")),
+    ("apex", re.compile(r"\bapex/|\bapex\.|amp_C\b|fused_\w+_cuda\b")),
+    ("tiny-cuda-nn", re.compile(r"\btinycudann\b|tiny-cuda-nn")),
+    ("gsplat", re.compile(r"\bgsplat\b|diff_gaussian_rasteri[sz]ation|simple_knn")),
+    ("nvdiffrast", re.compile(r"\bnvdiffrast\b")),
+    ("quack", re.compile(r"\bquack/|\bquack\.")),
+    # a compiled extension of any project (foo/_C.so, foo_cuda, foo_kernels, torch.ops.foo)
+    (
+        "a compiled extension",
+        re.compile(
+            r"(?<!torch)(?:/|\.)_C\b|(?:^|[/\\.\s'\"])(?!(?:is|to|use|has|with|on|no)_)[a-z]\w*_(?:cuda|kernels?|ext)"
+            r"(?=[/\\.]|$)|torch\.ops\.(?!(?:aten|prims|higher_order|inductor|_c10d_functional)\b)\w+"
+        ),
+    ),
     ("mamba_ssm", re.compile(r"\bmamba_ssm\b|causal_conv1d")),
     ("onnxruntime", re.compile(r"\bonnxruntime\b")),
     ("jax", re.compile(r"\bjaxlib\b|\bjax\b|\bXLA\b")),
@@ -338,7 +368,10 @@ LIBRARY_WORDS = (
     "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
-    "llama-server", "transformer_engine", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
+    "llama-server", "transformer_engine", "sage", "sparge", "deep_ep", "torchao", "liger_kernel", "awq", "exllama",
+    "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy", "apex", "amp_c", "tinycudann", "tiny-cuda-nn",
+    "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack", "/_c", "._c", "_cuda", "_kernel", "_ext",
+    "_ops", "torch.ops.", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip
 _LIB_PREFIX = re.compile(r"(?<![A-Za-z])lib(?=[a-z])")  # libflashinfer.so, libggml-cuda.so: the library's name
@@ -440,7 +473,7 @@ _REFUSAL = re.compile(
     r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
     r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
-    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bnot (?:in|among)\b|\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
 

@@ -277,6 +277,11 @@ class StructureWatcher:
         if token:
             notes.append(f"the failing lines name SM12x ({token})")
         strong = pick.cls in ("arch-path-unsupported", "binary-lacks-arch", "toolchain-lacks-arch")
+        listed = self.evidence.arch_list
+        if pick.cls == "toolchain-lacks-arch" and token and not shown and listed is not None:
+            # a compiler refusing an SM12x arch of a build's target list: the list names no GPU
+            notes.append(f"the SM12x arch is one of a build's target list (line {listed[0]}), which names no GPU")
+            token = None
         if not pick.thin and (token or (shown and strong)):
             return "yes", "", notes
         check = f"this class ({pick.cls}) happens on any GPU the code was not written or built for; {GPU_CHECK}"

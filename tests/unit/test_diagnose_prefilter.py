@@ -74,7 +74,12 @@ def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
         "llama.cpp/ggml": "ggml_cuda_op", "transformer_engine": "transformer_engine.pytorch",
         "mamba_ssm": "mamba_ssm.ops", "onnxruntime": "onnxruntime.capi", "jax": "jaxlib.xla_client",
         "tensorflow": "tensorflow.python", "vllm": "vllm.engine", "sglang": "sglang.srt", "torch": "torch.nn",
-        "fbgemm": "fbgemm_gpu.ops", "nunchaku": "nunchaku.models",
+        "fbgemm": "fbgemm_gpu.ops", "nunchaku": "nunchaku.models", "sageattention": "sageattention/core.py",
+        "deep_ep": "deep_ep.buffer", "torchao": "torchao.float8", "liger_kernel": "liger_kernel.ops",
+        "quantization kernels": "exllamav2_ext", "fla": "fla/ops/gla", "cupy": "cupy_backends.cuda",
+        "apex": "apex/normalization", "tiny-cuda-nn": "tinycudann.modules", "gsplat": "gsplat/cuda",
+        "nvdiffrast": "nvdiffrast.torch", "quack": "quack/cute_dsl_utils.py",
+        "a compiled extension": "site-packages/foo_kernels/_ops.py",
     }  # fmt: skip
     assert set(samples) == {name for name, _ in _LIBRARIES}
     for name, pattern in _LIBRARIES:
