@@ -473,7 +473,8 @@ _REFUSAL = re.compile(
     r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
     r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
-    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bnot (?:in|among)\b|\bcan(?:not|'t) (?:run|support)\b|"
+    r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bnot (?:in|among)\b|"
+    r"\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
 
