@@ -105,7 +105,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "out-of-memory",
         re.compile(
-            r"out of memory|OutOfMemory|\bOOM\b|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
+            r"out of memory|OutOfMemory|\bOOM\b|OOMKilled|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
             r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
@@ -141,6 +141,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not supported on \.?target '?(?:sm|compute)_\d+|requires? \.?target '?sm_\d+|"
             r"(?:undefined symbol: |No such operator |has no attribute '?)\S*?(?:sm_?\d{2,3}[af]?|SM\d{2,3})(?![0-9])|"
             r"(?:[Uu]nsupported|not supported)\b.{0,30}\b(?:on|for|by|in) (?:this|the current|your) (?:GPU )?arch|"
+            r"[Uu]nsupported\b.{0,60}\b(?:on|for) (?:this|the current|your) (?:GPU|device|platform|hardware)\b|"
             # a kernel that says which archs it is for, then that it ran elsewhere
             r"\bis (?:only )?for (?:sm_?|SM ?|compute_)\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but\b|"
             # the platform itself refused (no arch named): a backend or kernel not valid/available on this device

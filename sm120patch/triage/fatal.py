@@ -101,6 +101,12 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
             r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"
             r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b|"
+            # the same statuses as a signed or unsigned decimal exit code (0xC0000005, 0xC0000409, 0xC000001D)
+            r"-1073741819|3221225477|-1073740791|3221226505|-1073741795|3221225501|"
+            # other runtimes: Rust, Node, .NET; containers and Kubernetes
+            r"\bpanicked at\b|\bUnhandled (?:exception|error|rejection|promise rejection)\b|"
+            r"\bOOMKilled\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
+            r"\b(?:exitCode|Exit Code|ExitCode):? [1-9]\d*|\bExited \([1-9]\d*\)|"
             r"\bAbort trap\b|terminating due to uncaught exception|\buncaught exception\b|"
             # builds: ninja, make, CMake, setuptools
             r"\bbuild stopped\b|subcommand failed|\b[Bb]uild failed\b|compilation terminated|"

@@ -136,3 +136,27 @@ def test_library_names_of_new_projects_and_compiled_extensions() -> None:
     assert library_in("torch._C._cuda_getDeviceCount()") is None  # torch's own extension is torch
     assert library_in("    assert x.is_cuda") is None
     assert classify_line("Not building foo as no compatible archs found")[0] == "binary-lacks-arch"
+
+
+# runtimes and deployments the corpus has few of: never silent (the class is not asserted)
+DIED = [
+    "thread 'main' panicked at src/engine.rs:88:14:\ncalled `Result::unwrap()` on an `Err` value\n",
+    "Unhandled exception. System.DllNotFoundException: Unable to load DLL 'cudnn64_9'\n",
+    "Unhandled promise rejection: model worker exited\n",
+    "Process exited with code -1073741819\n",
+    "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n",
+    "pod/infer-0   0/1   CrashLoopBackOff   5 (30s ago)   4m\n",
+    "CONTAINER ID   IMAGE   STATUS\n3f2a   infer   Exited (139) 2 minutes ago\n",
+]
+
+
+@pytest.mark.parametrize("log", DIED)
+def test_a_process_that_died_in_another_runtime_or_a_container_is_never_silent(log: str) -> None:
+    found = _fatal(log, signatures=[])
+    assert all(f["sm12x"] != "yes" for f in found), found
+    lines = log.splitlines(True)
+    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+
+
+def test_an_oom_killed_container_is_out_of_memory() -> None:
+    assert "out-of-memory" in {f["class"] for f in _fatal("      Reason:       OOMKilled\n", [])}
