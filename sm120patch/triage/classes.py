@@ -19,6 +19,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from sm120patch.triage.prefilter import trie_pattern
+
 # class id -> (is an SM12x architecture cause, one line for people)
 # class id -> (is an SM12x architecture cause, what happened; {where} is " in <library>" or "")
 CLASSES: dict[str, tuple[bool, str]] = {
@@ -83,8 +85,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Tt]he specified (?:module|procedure) could not be found|"
             # the dynamic loader gives up before main (Linux ld.so, macOS dyld): a library the image needs is absent
             r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
-            r"(?i:dynamic link library \(DLL\) initiali[sz]ation|DLL initiali[sz]ation routine failed)|"
-            r"_cuda_getDeviceCount\(\)|"
+            r"[Dd]ynamic link library \(DLL\) initiali[sz]ation|DLL initiali[sz]ation routine failed|"
+            r"_cuda_getDeviceCount\(|"
             # the same in other languages: a module, file or library not found
             r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
             r"지정된 모듈을 찾을 수 없습니다|"
@@ -369,12 +371,19 @@ LIBRARY_WORDS = (
     "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
-    "llama-server", "transformer_engine", "sage", "sparge", "deep_ep", "torchao", "liger_kernel", "awq", "exllama",
+    "llama-server", "transformer_engine", "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep", "torchao", "liger_kernel", "awq", "exllama",
     "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy", "apex", "amp_c", "tinycudann", "tiny-cuda-nn",
-    "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack", "/_c", "._c", "_cuda", "_kernel", "_ext",
-    "_ops", "torch.ops.", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
+    "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack", "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.",
+    "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip
+# one search for any of them (and CUTLASS's status strings) before the per-library patterns: most lines name none
+_ANY_LIBRARY = re.compile(
+    trie_pattern(
+        [*LIBRARY_WORDS, "error internal", "error not supported", "error invalid problem", "error misaligned operand"]
+        + ["error workspace null", "error arch mismatch"]
+    )
+)
 _LIB_PREFIX = re.compile(r"(?<![A-Za-z])lib(?=[a-z])")  # libflashinfer.so, libggml-cuda.so: the library's name
 _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
@@ -573,10 +582,11 @@ class Evidence:
         if frame:
             self.last_frame = (line_no, line)
         text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
-        for name, pattern in _LIBRARIES:
-            if pattern.search(text):
-                self.libraries.append((line_no, name))
-                break
+        if _ANY_LIBRARY.search(text.lower()):
+            for name, pattern in _LIBRARIES:
+                if pattern.search(text):
+                    self.libraries.append((line_no, name))
+                    break
         archs = [_arch_name(m) for m in _ARCH.finditer(line)]
         self.archs.extend((line_no, a) for a in archs)
         if len(set(archs)) >= 3 and self.arch_list is None:

@@ -102,7 +102,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"
             r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b|"
             # the same statuses as a signed or unsigned decimal exit code (0xC0000005, 0xC0000409, 0xC000001D)
-            r"-1073741819|3221225477|-1073740791|3221226505|-1073741795|3221225501|"
+            r"(?:exit|error|return|status) ?code\W{0,3}(?:-1073741819|3221225477|-1073740791|3221226505|-1073741795|"
+            r"3221225501)\b|"
             # other runtimes: Rust, Node, .NET; containers and Kubernetes
             r"\bpanicked at\b|\bUnhandled (?:exception|error|rejection|promise rejection)\b|"
             r"\bOOMKilled\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"

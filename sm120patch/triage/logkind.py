@@ -38,10 +38,10 @@ _SM12X_GPU = re.compile(
     r"sm_12[01]a? \(consumer Blackwell\)"
 )
 _OTHER_GPU = re.compile(
-    r"\b(?:H100|H200|H800|H20|GH200|A100|A800|A10G?|A30|A40|L40S?|L20|V100|P100|T4|B200|B300|GB200|GB300)\b|"
-    r"RTX ?(?:20|30|40)[5-9]0|RTX A\d000|RTX \d000 Ada|Quadro|GTX ?\d{3,4}|\bJetson\b|\bOrin\b|\bThor\b|\bL4\b|"
-    # AMD GPUs (a ROCm log is never SM12x)
-    r"\bInstinct\b|\bMI[123]\d{2}X?\b|\bRadeon\b|\bgfx(?:9\d[\da-c]|1[01]\d{2})\b|"
+    # (Thor: Jetson's sm_110; L4; AMD Instinct/Radeon and their gfx targets: a ROCm log is never SM12x)
+    r"\b(?:H100|H200|H800|H20|GH200|A100|A800|A10G?|A30|A40|L40S?|L20|L4|V100|P100|T4|B200|B300|GB200|GB300|Thor|"
+    r"Instinct|Radeon|MI[123]\d{2}X?|gfx(?:9\d[\da-c]|1[01]\d{2}))\b|"
+    r"RTX ?(?:20|30|40)[5-9]0|RTX A\d000|RTX \d000 Ada|Quadro|GTX ?\d{3,4}|\bJetson\b|\bOrin\b|"
     r"(?:[Cc]ompute [Cc]apability|Device capability)[:=]?\s*\(?(?!12\b)\d{1,2}[.,]\s?\d\)?|"
     r"capability sm_(?!12)\d+\b|CUDA device capability: (?!12)\d+\b|(?:-arch=|--gpu-name=)sm_(?!12)\d+"
 )
