@@ -371,10 +371,11 @@ LIBRARY_WORDS = (
     "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
-    "llama-server", "transformer_engine", "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep", "torchao", "liger_kernel", "awq", "exllama",
-    "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy", "apex", "amp_c", "tinycudann", "tiny-cuda-nn",
-    "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack", "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.",
-    "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla", "tensorflow",
+    "llama-server", "transformer_engine", "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep",
+    "torchao", "liger_kernel", "awq", "exllama", "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy",
+    "apex", "amp_c", "tinycudann", "tiny-cuda-nn", "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack",
+    "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla",
+    "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip
 # one search for any of them (and CUTLASS's status strings) before the per-library patterns: most lines name none
