@@ -94,7 +94,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"Error response from daemon|could not select device driver|unknown or invalid runtime name|"
             # a tool or host compiler the build needs is not installed or not on PATH (Windows and Linux)
             r"is not recognized as an internal or external command|\bcommand not found\b|"
-            r"[Cc]annot find compiler|\bcl\.exe\b|vcvarsall|Microsoft Visual C\+\+ [\d.]+ or greater is required"
+            r"[Cc]annot find compiler|\bcl\.exe\b|vcvarsall|Microsoft Visual C\+\+ [\d.]+ or greater is required|"
+            r"(?:[Ff]ailed to|[Cc]ould not|[Uu]nable to) find (?:a |the )?C(?:\+\+)? compiler|"
+            r"unsupported (?:Microsoft Visual Studio|GNU|gcc|clang|host compiler) version|Host compiler targets unsupported|"
+            r"CUDA_HOME (?:environment variable )?(?:is not set|does not exist)|"
+            # a container's CUDA newer than the host driver (forward compatibility exists on datacenter GPUs only)
+            r"forward compatibility was attempted on non supported HW|COMPAT_NOT_SUPPORTED_ON_DEVICE|"
+            r"cudaErrorCompatNotSupportedOnDevice|cudaErrorSystemDriverMismatch|SYSTEM_DRIVER_MISMATCH|"
+            r"unsupported display driver / cuda driver combination|Insufficient nvidia\.com/gpu|"
+            # packages built against another torch/CUDA than the one installed
+            r"operator \S+::\S+ does not exist|compiled with different CUDA (?:major )?versions|"
+            r"mismatches the version that was used to compile"
         ),
     ),
     # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
@@ -514,6 +524,8 @@ CUDA_CODES = {
     "209": "binary-lacks-arch",  # no kernel image / no binary for GPU
     "218": "binary-lacks-arch",  # invalid PTX
     "222": "toolchain-lacks-arch",  # unsupported PTX version (the driver's JIT is older than the PTX)
+    "803": "environment",  # cudaErrorSystemDriverMismatch
+    "804": "environment",  # forward compatibility on a GPU without it (a container's CUDA newer than the driver)
     "700": "kernel-fault",  # illegal address
     "701": "resource-limit",  # launch out of resources
     "702": "kernel-fault",  # launch timeout

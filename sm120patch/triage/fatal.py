@@ -106,7 +106,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"3221225501)\b|"
             # other runtimes: Rust, Node, .NET; containers and Kubernetes
             r"\bpanicked at\b|\bUnhandled (?:exception|error|rejection|promise rejection)\b|"
-            r"\bOOMKilled\b|\bCrashLoopBackOff\b|Back-off restarting failed container|"
+            r"\bOOMKilled\b|\bCrashLoopBackOff\b|Back-off restarting failed container|\bFailedScheduling\b|"
             r"\b(?:exitCode|Exit Code|ExitCode):? [1-9]\d*|\bExited \([1-9]\d*\)|"
             r"\bAbort trap\b|terminating due to uncaught exception|\buncaught exception\b|"
             # builds: ninja, make, CMake, setuptools

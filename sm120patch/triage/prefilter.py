@@ -35,6 +35,8 @@ KEYWORDS = (
     "crash",
     "panic",
     "unhandled",
+    "insufficient",
+    "does not exist",
     "unsupported",
     "support",
     "compatib",

@@ -160,3 +160,27 @@ def test_a_process_that_died_in_another_runtime_or_a_container_is_never_silent(l
 
 def test_an_oom_killed_container_is_out_of_memory() -> None:
     assert "out-of-memory" in {f["class"] for f in _fatal("      Reason:       OOMKilled\n", [])}
+
+
+# the environment, however SM12x-looking the versions in it: a container's CUDA newer than the driver,
+# packages built against another torch, a host compiler missing or too new (lines written by hand)
+ENVIRONMENT = [
+    "RuntimeError: CUDA error: forward compatibility was attempted on non supported HW\n",
+    "cudaGetDeviceCount failed: CUDA error 804\n",
+    "CUDA error: system has unsupported display driver / cuda driver combination\n",
+    "Warning  FailedScheduling  0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n",
+    "RuntimeError: operator torchvision::nms does not exist\n",
+    "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions.\n",
+    "RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (12.8).\n",
+    "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.\n",
+    "/usr/local/cuda/include/crt/host_config.h:143:2: error: #error -- unsupported GNU version! gcc versions later than 13 are not supported!\n",
+    "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.\n",
+]
+
+
+@pytest.mark.parametrize("log", ENVIRONMENT)
+def test_a_broken_environment_is_the_environment_never_sm12x(log: str) -> None:
+    found = _fatal(log, signatures=[])
+    assert "environment" in {f["class"] for f in found} and all(f["sm12x"] == "no" for f in found), found
+    lines = log.splitlines(True)
+    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
