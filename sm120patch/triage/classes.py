@@ -96,7 +96,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"is not recognized as an internal or external command|\bcommand not found\b|"
             r"[Cc]annot find compiler|\bcl\.exe\b|vcvarsall|Microsoft Visual C\+\+ [\d.]+ or greater is required|"
             r"(?:[Ff]ailed to|[Cc]ould not|[Uu]nable to) find (?:a |the )?C(?:\+\+)? compiler|"
-            r"unsupported (?:Microsoft Visual Studio|GNU|gcc|clang|host compiler) version|Host compiler targets unsupported|"
+            r"unsupported (?:Microsoft Visual Studio|GNU|gcc|clang|host compiler) version|"
+            r"Host compiler targets unsupported|"
             r"CUDA_HOME (?:environment variable )?(?:is not set|does not exist)|"
             # a container's CUDA newer than the host driver (forward compatibility exists on datacenter GPUs only)
             r"forward compatibility was attempted on non supported HW|COMPAT_NOT_SUPPORTED_ON_DEVICE|"
