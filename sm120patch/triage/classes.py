@@ -121,6 +121,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"out of memory|OutOfMemory|\bOOM\b|OOMKilled|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|"
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
+            # PyTorch's allocator message as apps re-raise it (the rest of the message cut off)
+            r"\bAllocation on device\b|would exceed allowed memory|"
             r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
             r"(?i:nicht genügend (?:GPU-)?speicher)",
         ),
@@ -199,6 +201,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"not in the list of (?:\w+ )?arch\w*|"
             r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
             r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
+            r"\bno device code (?:compatible with|for)\b|"
             r"[Nn]o (?:compiled |prebuilt |CUDA |GPU )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
             r"for (?:sm|arch|comp|this|your)|"
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
@@ -403,7 +406,7 @@ _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 _ARCH = re.compile(
     r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
     r"(?-i:(?<=[a-z])Sm(?P<cam>\d{2,3})[af]?)(?![0-9])|"  # CamelCase kernel names: GemmSm100, FmhaSm90
-    r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d)\b|"
+    r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d|x)\b|"
     r"(?P<cmp>[Cc]apability\s*(?:[<>]=?|==|!=|\u2265|\u2264)\s*\d{1,3}(?:\.\d)?)|"
     r"\b(?P<named>Hopper|Blackwell datacenter|datacenter Blackwell)\b|"
     r"major versions \[(?P<majors>[\d, ]+)\]",

@@ -46,6 +46,10 @@ FAMILIES = [
     ("arch-path-unsupported", "RuntimeError: tcgen05 mma issue failed during kernel setup\n"),
     ("arch-path-unsupported", "运行错误：该显卡架构不受支持\n"),
     ("arch-path-unsupported", "RuntimeError: Unsupported CUDA capability 12.0 for this op\n"),
+    # a capability written with an x; a kernel with no device code for the arch; the allocator's message re-raised
+    ("arch-path-unsupported", "AssertionError: compute capability 10.x required for this FP4 path\n"),
+    ("binary-lacks-arch", "foo.cu:88: ERROR: kernel gemv_q4 has no device code compatible with CUDA arch 1200\n"),
+    ("out-of-memory", "!!! Exception during processing !!! Allocation on device\n"),
     # the installed build does not fit the GPU
     ("binary-lacks-arch", "RuntimeError: this GPU is not compatible with the installed foolib build\n"),
     # a build that skipped kernels for want of an arch, when the log targets SM12x
