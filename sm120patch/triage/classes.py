@@ -69,7 +69,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"driver initialization failed|system not yet initialized|incorrectly set up environment|"
             r"CUDA driver version is insufficient|cudaErrorInsufficientDriver|nvidia-container-cli|"
             r"probe routine failed|None of the NVIDIA devices|(?:[Ff]ailed to|[Cc]an't|[Cc]annot) initialize NVML|"
-            r"No CUDA GPUs are available|"
+            r"No CUDA GPUs are available|[Dd]river (?:on your system )?is too old|"
             r"not compiled with CUDA enabled|CPU-only (?:build|version)|"
             # the kernel driver could not bring the GPU up (wrong module flavour, firmware), or sees none
             r"NVRM: (?!Xid).{0,160}(?:failed|requires|not supported)|"
@@ -497,7 +497,7 @@ class StructureFinding:
 _REFUSAL = re.compile(
     r"不支持|未支持|サポートされていません|サポートしていません|지원되지 않|지원하지 않|nicht unterstützt|"
     r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
-    r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\bno (?:\w+ )?kernels?\b|"
+    r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\b[Nn]o (?:\w+ )?kernels?\b|"
     r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bnot (?:in|among)\b|"
     r"\bcan(?:not|'t) (?:run|support)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"

@@ -59,6 +59,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "CUDA error",
         re.compile(
             r"(?i:\bcuda(?: runtime| driver)? (?:error|failure)\b)|cudaError\w+|CUDA_ERROR_\w+|CUresult|"
+            # the CUDA libraries' status codes (cuDNN, cuBLAS, ...), any but success
+            r"\b(?:CUDNN|CUBLAS|CUBLASLT|CUSPARSE|CUSOLVER|CUFFT|CURAND|NVJPEG)_STATUS_(?!SUCCESS\b)[A-Z_]+|"
             r"(?i:\bcuda\w* failed\b)"
         ),
     ),

@@ -35,6 +35,7 @@ KEYWORDS = (
     "crash",
     "panic",
     "unhandled",
+    "_status_",
     "insufficient",
     "does not exist",
     "unsupported",

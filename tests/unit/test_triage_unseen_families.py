@@ -50,6 +50,8 @@ FAMILIES = [
     ("arch-path-unsupported", "AssertionError: compute capability 10.x required for this FP4 path\n"),
     ("binary-lacks-arch", "foo.cu:88: ERROR: kernel gemv_q4 has no device code compatible with CUDA arch 1200\n"),
     ("out-of-memory", "!!! Exception during processing !!! Allocation on device\n"),
+    # "no kernel" in any case, next to the capability as a tuple
+    ("arch-path-unsupported", "RuntimeError: No kernel registered for device capability (12, 0)\n"),
     # the installed build does not fit the GPU
     ("binary-lacks-arch", "RuntimeError: this GPU is not compatible with the installed foolib build\n"),
     # a build that skipped kernels for want of an arch, when the log targets SM12x
@@ -67,7 +69,7 @@ def _fatal(log: str, signatures: list | None = None) -> list[dict]:
 def test_an_unseen_family_is_never_silent_and_shows_its_class(cls: str, log: str) -> None:
     found = _fatal(log, signatures=[])
     assert cls in {f["class"] for f in found}, (log, found)
-    sm12x_named = any(t in log for t in ("sm_120", "sm_121", "12.0", "12.1", " 121 "))
+    sm12x_named = any(t in log for t in ("sm_120", "sm_121", "12.0", "12.1", " 121 ", "(12, 0)"))
     assert sm12x_named or all(f["sm12x"] != "yes" for f in found), (log, found)
 
 
@@ -151,6 +153,7 @@ DIED = [
     "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137\n",
     "pod/infer-0   0/1   CrashLoopBackOff   5 (30s ago)   4m\n",
     "CONTAINER ID   IMAGE   STATUS\n3f2a   infer   Exited (139) 2 minutes ago\n",
+    "E0101 10:00:00.000000 4242 dnn.cc:9] cudnnCreate returned CUBLAS_STATUS_INVALID_VALUE\n",
 ]
 
 
@@ -179,6 +182,7 @@ ENVIRONMENT = [
     "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.\n",
     "/usr/local/cuda/include/crt/host_config.h:143:2: error: #error -- unsupported GNU version! gcc versions later than 13 are not supported!\n",
     "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.\n",
+    "/env/torch/cuda/__init__.py:9: UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).\n",
 ]
 
 
