@@ -425,6 +425,25 @@ _SM12X_TOKEN = re.compile(
 
 # the arch a check got, after the list it expected ("expects arch to be one of [...], but got Arch.sm_121")
 _GOT_SM12X = re.compile(r"\bbut (?:got|found|received|is|was)\W{0,3}(?:\w+\.)?(?:sm_?12[01][af]?|SM ?12[01])(?![0-9])")
+# the arch a line says the device has ("got sm_89", "current device is SM90"): an SM12x token beside another
+# arch so named is what the path requires, not the GPU
+_DEVICE_ARCH = re.compile(
+    r"\b(?:got|found|received|current (?:device|GPU|arch\w*)(?: is)?|device is|running on|detected)\W{0,3}"
+    r"(?:\w+\.)?(?:sm_?(?P<sm>\d{2,3})[af]?|SM ?(?P<SM>\d{2,3})|(?:compute )?capability (?P<maj>\d{1,2})\.\d|"
+    r"\((?P<tup>\d{1,2}), ?\d\))(?![0-9])|"
+    r"(?:\bsm_?(?P<sm2>\d{2,3})[af]?|capability \(?(?P<maj2>\d{1,2})[.,] ?\d\)?) (?:found|detected)\b"
+)
+
+
+def _names_other_device(line: str) -> bool:
+    m = _DEVICE_ARCH.search(line)
+    if m is None:
+        return False
+    digits = m.group("sm") or m.group("SM") or m.group("sm2") or ""
+    major = int(digits[:-1]) if digits else int(m.group("maj") or m.group("tup") or m.group("maj2"))
+    return major != 12
+
+
 # a target list that holds 12.x ("CUDA target architectures: 12.1a", TORCH_CUDA_ARCH_LIST="12.0")
 _SM12X_TARGET = re.compile(r"(?i:arch\w*)\b.{0,40}(?<![\d.])12\.[01][af]?(?![\d.])")
 
@@ -610,8 +629,11 @@ class Evidence:
             self.arch_list = (line_no, line.strip()[:200])
         if not self.sm12x_target and (_SM12X_TOKEN.search(line) or _SM12X_TARGET.search(line)):
             self.sm12x_target = True
-        # an arch list names no GPU, except the arch a check says it got ("one of [...], but got sm_121")
+        # an arch list names no GPU, except the arch a check says it got ("one of [...], but got sm_121"); a line
+        # that names another arch as the device's names SM12x only as a requirement
         t = _SM12X_TOKEN.search(line) if len(archs) < 3 else _GOT_SM12X.search(line)
+        if t is not None and _names_other_device(line):
+            t = None
         if t:
             self.sm12x_tokens.append((line_no, t.group(0)))
             if self.sm12x_token is None:
@@ -714,7 +736,7 @@ def sm12x_token_in(text: str) -> str | None:
                 return got.group(0)
             continue
         m = _SM12X_TOKEN.search(line)
-        if m:
+        if m and not _names_other_device(line):
             return m.group(0)
     return None
 

@@ -192,3 +192,16 @@ def test_a_broken_environment_is_the_environment_never_sm12x(log: str) -> None:
     assert "environment" in {f["class"] for f in found} and all(f["sm12x"] == "no" for f in found), found
     lines = log.splitlines(True)
     assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+
+
+def test_an_sm12x_arch_a_path_requires_is_not_the_device_another_arch_is_named_as() -> None:
+    """"requires sm_100 or sm_120 (got sm_89)": the device is SM89, sm_120 only what the path wants; the
+    same line with the device SM12x stays "yes"."""
+
+    def verdicts(line: str) -> set[str]:
+        return {f["sm12x"] for f in _fatal(line, signatures=[])}
+
+    assert verdicts("RuntimeError: FP4 GEMM requires sm_100 or sm_120 (got sm_89)\n") == {"maybe"}
+    assert verdicts("RuntimeError: kernel supports sm_120 only, current device is SM90\n") == {"maybe"}
+    assert verdicts("ValueError: compute capability (8, 9) found, kernel requires sm_120\n") == {"no"}  # the GPU shown
+    assert verdicts("RuntimeError: kernel supports sm_90 only, current device is sm_120\n") == {"yes"}
