@@ -44,7 +44,10 @@ RECALL_TARGET = 0.90
 # share and the cases it missed go into HELDOUT4_FALSE_ALARMS / HELDOUT4_SILENT as strict xfails (a later
 # general change that fixes one makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT4_FLOOR = ISSUE_23_HELDOUT_TARGET  # the target until the one-shot score is written down
+# One-shot score of held-out 4, 2026-12-01 12:25 UTC, on the merged tree (commit after 87b4b5e that drops one
+# URL both collectors took): 38/48 SM12x right (79.2%), 0 false alarms, 0 silent. The last two targets are
+# met and asserted (the empty sets below); SM12x right misses 0.80 by one case: the floor is the measurement.
+HELDOUT4_FLOOR = 38 / 48  # the one-shot SM12x-right share (target 0.80: missed by one case)
 HELDOUT4_FALSE_ALARMS: frozenset[str] = frozenset()
 HELDOUT4_SILENT: frozenset[str] = frozenset()
 PART_TARGETS = {
