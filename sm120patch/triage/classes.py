@@ -110,10 +110,48 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
     ("out-of-memory", re.compile(r"\[WinError 1455\]|paging file is too small")),
-    # the assembler ran out of the GPU's resources, not of arch knowledge
+    # the assembler ran out of the GPU's resources, not of arch knowledge; a kernel that could not get (or set)
+    # the shared memory it asks for, however cased ("Failed to set Shared Memory size")
     (
         "resource-limit",
-        re.compile(r"uses too much shared data|too much (?:shared|local) (?:data|memory)|[Tt]oo many registers"),
+        re.compile(
+            r"uses too much shared data|too much (?:shared|local) (?:data|memory)|[Tt]oo many registers|"
+            r"(?i:(?:fail\w*|unable|could not|cannot|can't) (?:to )?(?:set|get|allocate|reserve|configure) "
+            r"(?:the )?(?:\w+ ){0,2}shared[ _-]?mem\w*)|"
+            r"(?i:shared[ _-]?mem\w*(?: \w+){0,3} "
+            r"(?:too (?:large|big)|exceed\w*|insufficient|not enough|over the limit))"
+        ),
+    ),
+    # the runtime's own name for a binary whose PTX the driver cannot JIT (CUDA code 218): the binary carries no
+    # code this GPU runs, whatever JIT words follow ("a PTX JIT compilation failed")
+    (
+        "binary-lacks-arch",
+        re.compile(r"cudaErrorInvalidPtx|CUDA_ERROR_INVALID_PTX|\ba PTX JIT compilation failed"),
+    ),
+    # a GPU or capability a toolkit's version does not (fully) know yet: the CUDA toolkit or driver JIT is too old
+    (
+        "toolchain-lacks-arch",
+        re.compile(
+            r"(?:GPU|[Cc]apabilit\w*|\barch\w*|device)\b.{0,80}\bnot (?:fully |yet )?supported by "
+            r"(?:the )?(?:CUDA|NVCC|nvcc|ptxas|[Tt]oolkit|CUDA [Tt]oolkit)\b ?v?\d"
+        ),
+    ),
+    # a failing line that says which capabilities (or archs) a path requires: the path is written for those
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"\b[Rr]equired? (?:compute |CUDA |GPU |device )?(?:capabilit(?:y|ies)|archs?|architectures?|SMs?)\W{0,3}"
+            r"(?:sm_?)?\d{2,3}[af]?(?:\s*(?:,|or|and|/)\s*(?:sm_?)?\d{2,3}[af]?)+"
+        ),
+    ),
+    # a kernel library's binary that names the arch it was built for in the failing line ("built for 120a: ...
+    # error"): the build's arch is what the GPU lacks
+    (
+        "binary-lacks-arch",
+        re.compile(
+            r"\b(?:built|compiled) (?:for|with) (?:sm_?|SM ?|compute_)?\d{2,3}[af]?\b"
+            r"(?=.{0,80}\b(?:[Ee]rror|ERROR|[Ff]ail))"
+        ),
     ),
     (
         "out-of-memory",
@@ -269,6 +307,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"No supported CUDA architectures|"
             r"[Cc]ompute capability.{0,40}(?:not supported|too (?:new|old)|unsupported)|"
             r"\(too new\)|No operator found|not supported because|No (?:valid |available )?(?:\w+ )?backend|"
+            r"(?i:\bno (?:usable|suitable|compatible|supported|working) (?:\w+ ){0,3}"
+            r"(?:backends?|kernels?|implementations?)\b)|"
+            r"(?i:\bnone of the (?:\w+ ){0,3}(?:backends?|kernels?|implementations?) (?:is |are )?"
+            r"(?:usable|available|supported))|"
+            # a feature only one arch-specific library provides (FlashAttention 3 is Hopper's, FlashMLA/DeepGEMM
+            # SM90/SM100's): "X is only supported in FlashAttention 3", "requires FA3"
+            r"(?:only (?:be )?(?:supported|available|implemented) (?:in|with|by|through)|requires?|needs?) "
+            r"(?:the )?(?:FlashAttention[- ]?3|[Ff]lash[_ -][Aa]ttn[_ -]?3|FA3|FlashMLA|flash_mla|DeepGEMM|"
+            r"deep_gemm)\b|"
             r"does not support (?:the )?(?:current )?(?:GPU|device|arch|sm)|[Ss]upported (?:archs?|architectures?):|"
             r"is not supported on (?:SM|sm_)|SM\d+[a-z]?[- ]only|sm_?\d+a?[- ]only|"
             r"No kernel (?:found|available)|no (?:suitable|matching) kernel|_STATUS_NOT_SUPPORTED\b|"
@@ -344,13 +391,14 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b|\btrtllm\w*|\bTllm\w+|\btrt_llm\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
-    ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]attention", re.I)),
+    ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]?attention|\bFA[234]\b", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
     ("fbgemm", re.compile(r"\bfbgemm\w*")),
     ("nunchaku", re.compile(r"\bnunchaku\b")),
     ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
     ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
-    ("transformer_engine", re.compile(r"\btransformer_engine\b")),
+    ("transformer_engine", re.compile(r"(?i:\btransformer[_ -]?engine\b)")),
+    ("CUDA.jl", re.compile(r"\bCUDA\.jl\b|\bCuModule\b|\bcudadrv\b|\.julia[/\\]packages[/\\]CUDA\b")),
     ("sageattention", re.compile(r"\bsage_?attention\w*|\bsageattn\w*|\bspas_sage\w*|\bspargeattn\b", re.I)),
     ("deep_ep", re.compile(r"\bdeep_ep\b")),
     ("torchao", re.compile(r"\btorchao\b")),
@@ -385,7 +433,9 @@ LIBRARY_WORDS = (
     "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
-    "llama-server", "transformer_engine", "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep",
+    "llama-server", "transformer_engine", "transformerengine", "transformer engine", "transformer-engine", "cuda.jl",
+    "cumodule", "cudadrv", ".julia", "flashattention", "fa2", "fa3", "fa4",
+    "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep",
     "torchao", "liger_kernel", "awq", "exllama", "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy",
     "apex", "amp_c", "tinycudann", "tiny-cuda-nn", "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack",
     "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla",
@@ -518,7 +568,7 @@ _REFUSAL = re.compile(
     r"non pris en charge|non supporté|no (?:es )?(?:compatible|soportad[oa])|não (?:é )?suportad[oa]|не поддерживается|"
     r"[Uu]nsupported|not (?:yet )?(?:supported|implemented|available|enabled|compatible)|\b[Nn]o (?:\w+ )?kernels?\b|"
     r"\bonly\b|\brequire[sd]?\b|\bneeds?\b|\b[Ee]xpect(?:s|ed)\b|\bmust be\b|\bnot (?:in|among)\b|"
-    r"\bcan(?:not|'t) (?:run|support)\b|"
+    r"\bcan(?:not|'t) (?:run|support)\b|\b(?:not |un)usable\b|\bnone of\b.{0,60}\b(?:usable|available|supported)\b|"
     r"\b(?:does not|doesn't|do not|don't) (?:support|run)\b"
 )
 

@@ -57,6 +57,17 @@ JOIN_LINES = 3  # a message wrapped at a terminal's width is read as one over th
 # a name never bound (an if/elif chain on the arch with no branch for this GPU), or a lookup that missed
 _UNBOUND = re.compile(r"\b(?:NameError|UnboundLocalError|KeyError)\b")
 _PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
+# a failing line that names a GPU kernel operation (a GEMM, a MoE runner, a cubin, a quantized format's kernel):
+# it comes from a kernel library even when no library is named, so it is read as one
+KERNEL_OP = re.compile(
+    r"\b(?:GEMMs?|[Gg]emm\w*|GEMV|[Gg]emv\w*|MoE|[Mm]oe_\w+|cubins?|CUTLASS|[Tt]actics?|NVFP4|MXFP4|FP4|FP8|"
+    r"nvfp4|mxfp4|fp4|fp8|[Gg]rouped[_ ][Gg]emm\w*|backends?)\b"
+)
+# a CUDA call in a kernel's own source (foo.cu:123) that returned "invalid argument": a launch the GPU refused,
+# on SM12x most often a shared-memory size above its 99 KB per block
+_CU_INVALID_ARGUMENT = re.compile(
+    r"\.cuh?:\d+\b.{0,200}\binvalid argument\b|\binvalid argument\b.{0,120}\.cuh?:\d+\b", re.I
+)
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
@@ -102,6 +113,7 @@ class StructureWatcher:
     _before: dict[str, StructureFinding] = field(default_factory=dict)  # class shown just before a bare line
     _other: dict[str, StructureFinding] = field(default_factory=dict)  # class shown by a line that is not fatal
     _bare: tuple[int, str] | None = None  # the last fatal line whose words show no class
+    _bare_lead: str = ""  # the line just before it (a message split over two fatal lines: "foo.cu:12" / "error")
     _joined: tuple[int, str, int] | None = None  # a bare line being joined with the lines after it: (no, text, n)
     _skipped: StructureFinding | None = None  # a build that skipped kernels for want of an arch (SKIPPED_BUILD)
     _dispatch: StructureFinding | None = None  # a name left unbound in code that picks by the arch
@@ -120,6 +132,7 @@ class StructureWatcher:
                 self._cause_before(line_no, line, context)
             return
         self._bare = (line_no, line)
+        self._bare_lead = list(context)[-1].strip() if context else ""
         self._joined = (line_no, fatal.strip_prefix(line)[0].rstrip(), 1)
         if self._dispatch is None and _UNBOUND.search(line):
             code = [b for b in list(context)[-3:] if not b.lstrip().startswith(('File "', "Traceback"))]
@@ -219,11 +232,16 @@ class StructureWatcher:
             # a kernel library's own check failed, on an SM12x GPU or one the log does not show: on SM12x most
             # often a path not written for it (said as thin, "maybe"; a GPU shown as another keeps it "other")
             on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
-            kernel_lib = lib not in _FRAMEWORKS
+            body = self._joined[1] if self._joined and self._joined[0] == line_no else line
+            kernel_lib = lib not in _FRAMEWORKS or bool(KERNEL_OP.search(body))
+            lib = lib if lib not in _FRAMEWORKS or not KERNEL_OP.search(body) else lib or "a GPU kernel library"
             # an arch in the failing line itself or the kernel named just below it ("Kernel: bmm_..._sm100f")
             here = [a for a in self.evidence.archs_near(line_no, window=0, after=FRAMES_AFTER) if not _is_sm12x(a)]
             cls = "arch-path-unsupported" if (kernel_lib and (archs or on_sm12x)) or here else "other"
-            if cls == "other":
+            if on_sm12x and self._bare is not None and _CU_INVALID_ARGUMENT.search(f"{self._bare_lead} {body}"):
+                cls = "resource-limit"
+                cue = "a CUDA call in a kernel's source returned invalid argument (on SM12x most often shared memory)"
+            elif cls == "other":
                 cue = ""
             elif archs:
                 cue = f"a {lib} path naming {', '.join(archs)}"

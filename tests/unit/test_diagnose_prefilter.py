@@ -79,7 +79,7 @@ def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
         "quantization kernels": "exllamav2_ext", "fla": "fla/ops/gla", "cupy": "cupy_backends.cuda",
         "apex": "apex/normalization", "tiny-cuda-nn": "tinycudann.modules", "gsplat": "gsplat/cuda",
         "nvdiffrast": "nvdiffrast.torch", "quack": "quack/cute_dsl_utils.py",
-        "a compiled extension": "site-packages/foo_kernels/_ops.py",
+        "a compiled extension": "site-packages/foo_kernels/_ops.py", "CUDA.jl": "@ CUDA ~/.julia/packages/CUDA/x/lib",
     }  # fmt: skip
     assert set(samples) == {name for name, _ in _LIBRARIES}
     for name, pattern in _LIBRARIES:
