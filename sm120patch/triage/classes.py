@@ -128,6 +128,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "binary-lacks-arch",
         re.compile(r"cudaErrorInvalidPtx|CUDA_ERROR_INVALID_PTX|\ba PTX JIT compilation failed"),
     ),
+    # the driver could not load a kernel module (cubin/fatbin) the binary carries: none of its code is for this GPU
+    (
+        "binary-lacks-arch",
+        re.compile(
+            r"\bcu(?:ModuleLoad|LibraryLoad)\w*\b.{0,80}(?:fail|error|ERROR|returned|CUDA_ERROR)|"
+            r"(?i:(?:failed to|could not|cannot|can't|unable to) load (?:the )?(?:CUDA |GPU |kernel |device )?"
+            r"(?:module|kernel image|cubin|fatbin)\b)"
+        ),
+    ),
     # a GPU or capability a toolkit's version does not (fully) know yet: the CUDA toolkit or driver JIT is too old
     (
         "toolchain-lacks-arch",
@@ -372,6 +381,16 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False",
         ),
     ),
+    # the GPU itself said not to support what the code asks for ("this GPU does not support TMA"), checked last so
+    # that peer access, IPC and the like stay a communication or environment failure
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"\b(?:GPU|device|card|hardware|architecture)s? (?:\w+ ){0,2}"
+            r"(?:does not|doesn't|do not|don't|cannot|can't) (?:support|run|execute)\b"
+            r"(?!.{0,40}(?i:peer|P2P|IPC|NVLink|multicast|unified memory|managed memory))"
+        ),
+    ),
 )
 
 # A library's name in a traceback frame, an extension path, or a log prefix.
@@ -391,7 +410,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b|\btrtllm\w*|\bTllm\w+|\btrt_llm\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
-    ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]?attention|\bFA[234]\b", re.I)),
+    ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]?attention|\bFA3\b", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
     ("fbgemm", re.compile(r"\bfbgemm\w*")),
     ("nunchaku", re.compile(r"\bnunchaku\b")),
@@ -411,6 +430,13 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gsplat", re.compile(r"\bgsplat\b|diff_gaussian_rasteri[sz]ation|simple_knn")),
     ("nvdiffrast", re.compile(r"\bnvdiffrast\b")),
     ("quack", re.compile(r"\bquack/|\bquack\.")),
+    (
+        "another compiled runtime",
+        re.compile(
+            r"\bctranslate2\b|\bpaddle\b|\bPaddlePaddle\b|\bturbomind\b|\blmdeploy\b|\bktransformers\b|"
+            r"\bnumba\b|\btvm\b|\bmlc_llm\b|\btaichi\b|\bmxnet\b|\bmindspore\b|\bjittor\b|\bllama_cpp\b"
+        ),
+    ),
     # a compiled extension of any project (foo/_C.so, foo_cuda, foo_kernels, torch.ops.foo)
     (
         "a compiled extension",
@@ -434,11 +460,13 @@ LIBRARY_WORDS = (
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
     "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
     "llama-server", "transformer_engine", "transformerengine", "transformer engine", "transformer-engine", "cuda.jl",
-    "cumodule", "cudadrv", ".julia", "flashattention", "fa2", "fa3", "fa4",
+    "cumodule", "cudadrv", ".julia", "flashattention", "fa3",
     "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep",
     "torchao", "liger_kernel", "awq", "exllama", "marlin", "gptq", "vptq", "hqq", "aqlm", "fla/", "fla.", "cupy",
     "apex", "amp_c", "tinycudann", "tiny-cuda-nn", "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack",
-    "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "onnxruntime", "jax", "xla",
+    "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "ctranslate2", "paddle",
+    "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
+    "llama_cpp", "onnxruntime", "jax", "xla",
     "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip

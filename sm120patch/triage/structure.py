@@ -66,7 +66,9 @@ KERNEL_OP = re.compile(
 # a CUDA call in a kernel's own source (foo.cu:123) that returned "invalid argument": a launch the GPU refused,
 # on SM12x most often a shared-memory size above its 99 KB per block
 _CU_INVALID_ARGUMENT = re.compile(
-    r"\.cuh?:\d+\b.{0,200}\binvalid argument\b|\binvalid argument\b.{0,120}\.cuh?:\d+\b", re.I
+    r"\.cuh?:\d+\b.{0,200}\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b|"
+    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b.{0,120}\.cuh?:\d+\b",
+    re.I,
 )
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")

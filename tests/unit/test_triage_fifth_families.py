@@ -40,6 +40,13 @@ FAMILIES = [
     ("toolchain-lacks-arch", "Warning: your GPU (compute capability 12.0) is not fully supported by CUDA 12.6.\nERROR: module load failed\n"),
     # the build's arch named in the failing line
     ("binary-lacks-arch", "kernel suite built for 90a: got an error from the runner: Error Internal\n"),
+    # the driver could not load a kernel module the binary carries
+    ("binary-lacks-arch", "RuntimeError: cuModuleLoadData(&mod, image) failed with CUDA_ERROR_UNKNOWN\n"),
+    ("binary-lacks-arch", "ERROR: Failed to load the CUDA module for kernel 'blur_v'\n"),
+    # the GPU itself said not to support what the code asks for
+    ("arch-path-unsupported", "RuntimeError: this device does not support the bulk tensor copy needed by the kernel\n"),
+    # the CUDA error code name for "invalid argument", from a kernel's own source
+    ("resource-limit", "GPU 0: NVIDIA GeForce RTX 5090\nterminate called: kernels/attn_fwd.cuh:88: cudaErrorInvalidValue\n"),
     # a failing line that lists the capabilities the path requires
     ("arch-path-unsupported", "NotImplementedError: fused_topk: Required capability: 90, 100 or 103\n"),
 ]
@@ -77,6 +84,11 @@ def test_invalid_argument_outside_a_kernel_source_is_not_a_resource_limit() -> N
     assert f["class"] != "resource-limit" and f["sm12x"] == "no"
 
 
+def test_peer_access_the_device_does_not_support_stays_communication() -> None:
+    found = _fatal("GPU 0: NVIDIA GeForce RTX 5090\nRuntimeError: this device does not support peer access to GPU 1\n", [])
+    assert {f["class"] for f in found} == {"communication"} and all(f["sm12x"] != "yes" for f in found)
+
+
 def test_healthy_lines_with_the_fifth_round_words_stay_quiet() -> None:
     healthy = [
         "Device 0: Total amount of Shared Memory per block: 49152 bytes\n",
@@ -99,4 +111,5 @@ def test_library_names_of_the_fifth_round() -> None:
     assert library_in("TransformerEngine/common/gemm/cublaslt_gemm.cu:120") == "transformer_engine"
     assert library_in("@ CUDA ~/.julia/packages/CUDA/abc/lib/cudadrv/module.jl:69") == "CUDA.jl"
     assert library_in("ImportError: cannot import FA3 kernels") == "flash_attn"
-    assert library_in("the FA4 path is not built here") == "flash_attn"
+    assert library_in('File "/env/site-packages/ctranslate2/models/whisper.py", line 3') == "another compiled runtime"
+    assert library_in("paddle/phi/kernels/gpu/matmul_kernel.cu:77") == "another compiled runtime"
