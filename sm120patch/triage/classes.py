@@ -145,11 +145,12 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:the )?(?:CUDA|NVCC|nvcc|ptxas|[Tt]oolkit|CUDA [Tt]oolkit)\b ?v?\d"
         ),
     ),
-    # a failing line that says which capabilities (or archs) a path requires: the path is written for those
+    # a failing line that says which capabilities (or archs) a path requires: the path is written for those (a
+    # line that also says nothing was compiled for the GPU is the build's, below)
     (
         "arch-path-unsupported",
         re.compile(
-            r"\b[Rr]equired? (?:compute |CUDA |GPU |device )?(?:capabilit(?:y|ies)|archs?|architectures?|SMs?)\W{0,3}"
+            r"^(?!.*\b[Nn]o compiled\b).*?\b[Rr]equired? (?:compute |CUDA |GPU |device )?(?:capabilit(?:y|ies)|archs?|architectures?|SMs?)\W{0,3}"
             r"(?:sm_?)?\d{2,3}[af]?(?:\s*(?:,|or|and|/)\s*(?:sm_?)?\d{2,3}[af]?)+"
         ),
     ),

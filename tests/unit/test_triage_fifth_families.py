@@ -84,6 +84,11 @@ def test_invalid_argument_outside_a_kernel_source_is_not_a_resource_limit() -> N
     assert f["class"] != "resource-limit" and f["sm12x"] == "no"
 
 
+def test_a_required_capability_list_next_to_nothing_compiled_stays_the_build() -> None:
+    got = classify_line("NotImplementedError: No compiled fused_topk for device capability: 120. Required capability: 90")
+    assert got is not None and got[0] == "binary-lacks-arch"
+
+
 def test_peer_access_the_device_does_not_support_stays_communication() -> None:
     found = _fatal("GPU 0: NVIDIA GeForce RTX 5090\nRuntimeError: this device does not support peer access to GPU 1\n", [])
     assert {f["class"] for f in found} == {"communication"} and all(f["sm12x"] != "yes" for f in found)
