@@ -150,7 +150,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "arch-path-unsupported",
         re.compile(
-            r"^(?!.*\b[Nn]o compiled\b).*?\b[Rr]equired? (?:compute |CUDA |GPU |device )?(?:capabilit(?:y|ies)|archs?|architectures?|SMs?)\W{0,3}"
+            r"^(?!.*\b[Nn]o compiled\b).*?"
+            r"\b[Rr]equired? (?:compute |CUDA |GPU |device )?(?:capabilit(?:y|ies)|archs?|architectures?|SMs?)\W{0,3}"
             r"(?:sm_?)?\d{2,3}[af]?(?:\s*(?:,|or|and|/)\s*(?:sm_?)?\d{2,3}[af]?)+"
         ),
     ),
