@@ -171,7 +171,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Cc]annot allocate memory|No available memory for the cache blocks|not enough (?:GPU |KV cache )?memory|"
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
             # PyTorch's allocator message as apps re-raise it (the rest of the message cut off)
-            r"\bAllocation on device\b|would exceed allowed memory|"
+            r"\bAllocation on device\b|would exceed allowed memory|_STATUS_ALLOC_FAILED\b|"
             r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
             r"(?i:nicht genügend (?:GPU-)?speicher)",
         ),
@@ -335,6 +335,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:Could not|cannot|can't|unable to) find (?:a |any )?(?:valid|suitable|matching) "
             r"(?:config|kernel|tactic|algorithm|implementation)|"
             r"NOT_SUPPORTED\b|"
+            # no kernel (or implementation, tactic) to be found for the problem on this GPU, in any order of words
+            r"(?i:(?:could not|couldn't|cannot|can't|unable to|failed to) find (?:a |an |any |the )?(?:\w+ ){0,2}"
+            r"(?:kernels?|implementations?|tactics?)\b)|(?i:\b(?:kernels?|implementations?|tactics?) "
+            r"(?:\w+ ){0,3}(?:was |were |is |are )?not found\b)|"
             r"not (?:yet )?(?:implemented|available|supported|enabled) (?:on|for|with|in) .{0,40}"
             # an arch word must follow (not "for head size 512 on this GPU")
             r"(?:\bSM ?\d|sm_?\d|capabilit|\barch\b|architecture|Blackwell|Hopper|GeForce|RTX)|"
@@ -432,6 +436,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gsplat", re.compile(r"\bgsplat\b|diff_gaussian_rasteri[sz]ation|simple_knn")),
     ("nvdiffrast", re.compile(r"\bnvdiffrast\b")),
     ("quack", re.compile(r"\bquack/|\bquack\.")),
+    ("CUDA math libraries", re.compile(r"(?i:\bcu(?:BLAS|BLASLt|DNN|SPARSE|FFT|SOLVER|RAND)\w*)")),
     (
         "another compiled runtime",
         re.compile(
@@ -468,7 +473,7 @@ LIBRARY_WORDS = (
     "apex", "amp_c", "tinycudann", "tiny-cuda-nn", "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack",
     "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "ctranslate2", "paddle",
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
-    "llama_cpp", "onnxruntime", "jax", "xla",
+    "llama_cpp", "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
     "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip

@@ -47,6 +47,12 @@ FAMILIES = [
     ("arch-path-unsupported", "RuntimeError: this device does not support the bulk tensor copy needed by the kernel\n"),
     # the CUDA error code name for "invalid argument", from a kernel's own source
     ("resource-limit", "GPU 0: NVIDIA GeForce RTX 5090\nterminate called: kernels/attn_fwd.cuh:88: cudaErrorInvalidValue\n"),
+    # no kernel, implementation or tactic to be found for the problem
+    ("arch-path-unsupported", "RuntimeError: Unable to find a matmul kernel for this problem shape on the device\n"),
+    ("arch-path-unsupported", "RuntimeError: fp8 blockwise implementation for the current device not found\n"),
+    # a math library's bare failure is a kernel library's (thin); its allocation failure is memory
+    ("arch-path-unsupported", "RuntimeError: cuBLASLt returned an unexpected status 15 from the heuristic query\n"),
+    ("out-of-memory", "RuntimeError: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\n"),
     # a failing line that lists the capabilities the path requires
     ("arch-path-unsupported", "NotImplementedError: fused_topk: Required capability: 90, 100 or 103\n"),
 ]
