@@ -424,7 +424,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
     ("transformer_engine", re.compile(r"(?i:\btransformer[_ -]?engine\b)")),
     ("CUDA.jl", re.compile(r"\bCUDA\.jl\b|\bCuModule\b|\bcudadrv\b|\.julia[/\\]packages[/\\]CUDA\b")),
-    ("sageattention", re.compile(r"\bsage_?attention\w*|\bsageattn\w*|\bspas_sage\w*|\bspargeattn\b", re.I)),
+    # (also inside a wrapper's name: "_sageattn_int8", "my_sageattn_forward")
+    ("sageattention", re.compile(r"sage_?attention\w*|sageattn\w*|\bspas_sage\w*|\bspargeattn\b", re.I)),
     ("deep_ep", re.compile(r"\bdeep_ep\b")),
     ("torchao", re.compile(r"\btorchao\b")),
     ("liger_kernel", re.compile(r"\bliger_kernel\b")),
