@@ -437,6 +437,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gsplat", re.compile(r"\bgsplat\b|diff_gaussian_rasteri[sz]ation|simple_knn")),
     ("nvdiffrast", re.compile(r"\bnvdiffrast\b")),
     ("quack", re.compile(r"\bquack/|\bquack\.")),
+    ("CuTe DSL", re.compile(r"\bcutlass\.cute\b|\bcute_dsl\w*|\bcpasync\b|\bcute\.(?:nvgpu|arch|runtime)\b")),
     ("CUDA math libraries", re.compile(r"(?i:\bcu(?:BLAS|BLASLt|DNN|SPARSE|FFT|SOLVER|RAND)\w*)")),
     (
         "another compiled runtime",
@@ -474,7 +475,8 @@ LIBRARY_WORDS = (
     "apex", "amp_c", "tinycudann", "tiny-cuda-nn", "gsplat", "gaussian_rasteri", "simple_knn", "nvdiffrast", "quack",
     "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "ctranslate2", "paddle",
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
-    "llama_cpp", "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
+    "llama_cpp", "cpasync", "cute_dsl", "cutlass.cute", "cute.nvgpu", "cute.arch", "cute.runtime",
+    "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
     "tensorflow",
     "vllm", "sglang", "torch",
 )  # fmt: skip

@@ -207,6 +207,8 @@ class StructureWatcher:
     def answer(self, kind: LogKind, context: Sequence[str]) -> Answer | None:
         """The strongest structural answer the log supports, or None when it shows no failure at all."""
         pick = _first(self._named) or _first(self._before)
+        if pick is not None and pick.cls == "other" and pick.cue.startswith("'NoneType'"):
+            pick = self._none_in_kernel_library(pick, kind) or pick
         if pick is not None and pick.cls == "kernel-fault" and self._fault_cause:
             pick = _first(self._fault_cause)  # the fault is where the arch path showed; its cause is the path
         path = self._named.get("arch-path-unsupported")
@@ -257,6 +259,16 @@ class StructureWatcher:
             return None
         verdict, check, notes = self._verdict(pick, kind)
         return Answer(pick, verdict, check, notes)
+
+    def _none_in_kernel_library(self, pick: StructureFinding, kind: LogKind) -> StructureFinding | None:
+        """A value left None inside a kernel library (a trait or config its code picks per arch, unset for this
+        GPU) on an SM12x GPU or one the log does not show: an arch path, thinly; elsewhere it stays "other"."""
+        lib = triage_classes.library_in(pick.line) or self.evidence.library_near(pick.line_no, after=FRAMES_AFTER)
+        on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(pick.line_no) is not None
+        if lib in _FRAMEWORKS or not on_sm12x:
+            return None
+        cue = f"a value left None in {lib}, whose code picks by the arch ({pick.cue})"
+        return self._finding("arch-path-unsupported", cue, pick.line_no, pick.line, [], thin=True)
 
     def _finding(
         self, cls: str, cue: str, line_no: int, line: str, context: Sequence[str], thin: bool

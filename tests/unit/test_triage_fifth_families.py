@@ -78,6 +78,18 @@ def test_the_prefilter_keeps_every_fifth_round_family(cls: str, log: str) -> Non
     assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
 
 
+NONE_IN_CUTE = 'File "/env/site-packages/mykern/epilogue.py", line 90, in store\n    cpasync.make_tiled_copy(op)\nAttributeError: \'NoneType\' object has no attribute \'layout\'\n'
+
+
+def test_a_value_left_none_in_a_kernel_library_is_a_thin_arch_path_on_sm12x_only() -> None:
+    (f,) = _fatal(NONE_IN_CUTE, [])
+    assert (f["class"], f["evidence"], f["sm12x"]) == ("arch-path-unsupported", "thin", "maybe")
+    (f,) = _fatal("GPU 0: NVIDIA H100 80GB HBM3\n" + NONE_IN_CUTE, [])
+    assert f["class"] == "other" and f["sm12x"] == "no"
+    (f,) = _fatal("AttributeError: 'NoneType' object has no attribute 'layout'\n", [])
+    assert f["class"] == "other"
+
+
 def test_a_kernel_operation_failing_on_another_gpu_stays_other() -> None:
     (f,) = _fatal("GPU 0: NVIDIA H100 80GB HBM3\nRuntimeError: MoE runner returned status 7\n", [])
     assert f["class"] == "other" and f["sm12x"] == "no"
