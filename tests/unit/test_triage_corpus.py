@@ -50,9 +50,20 @@ RECALL_TARGET = 0.90
 # share and the cases it missed go into HELDOUT5_FALSE_ALARMS / HELDOUT5_SILENT as strict xfails (a later
 # general change that fixes one makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT5_FLOOR = ISSUE_23_HELDOUT_TARGET  # the target until the one-shot score is written down
-HELDOUT5_FALSE_ALARMS: frozenset[str] = frozenset()
-HELDOUT5_SILENT: frozenset[str] = frozenset()
+# One-shot score of held-out 5, 2026-12-01 13:01 UTC, on the merged tree (10207ce, less one URL both collectors
+# took): 32/37 SM12x right (86.5%), 0 false alarms, 5 silent. The first two targets are met and asserted; the
+# 0-silent target is missed: the five silent logs are strict xfails.
+HELDOUT5_FLOOR = ISSUE_23_HELDOUT_TARGET  # met: 32/37
+HELDOUT5_FALSE_ALARMS: frozenset[str] = frozenset()  # met: none
+HELDOUT5_SILENT: frozenset[str] = frozenset(
+    [
+        "sglang-5100-rtx50-self-built-sgl-kernel-undefined-symbol",
+        "bitcrack-457-5090-built-sm90-invalid-device-symbol",
+        "altcrack-2-3090-cuda101-invalid-device-symbol",
+        "deepstack-trainer-3-jetson-nano-exec-format-error",
+        "comfyui-nvidia-docker-96-dgx-spark-exec-format-error",
+    ]
+)
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
