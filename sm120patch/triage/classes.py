@@ -217,6 +217,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bFeature '[^']{1,120}'? (?:not supported on|requires)\b"
         ),
     ),
+    # a library built against another ABI (an undefined symbol that names no arch), or a binary, container or
+    # wheel built for another CPU or C library: the environment, whatever GPU the log shows
+    (
+        "environment",
+        re.compile(
+            r"\bundefined symbol: \S|\bsymbol lookup error\b|\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
+            r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
+            r"does not match the detected host platform|is not a supported wheel on this platform|"
+            r"\bno matching manifest for\b"
+        ),
+    ),
     (
         "toolchain-lacks-arch",
         re.compile(
@@ -645,6 +656,55 @@ CUDA_CODES = {
     "716": "kernel-fault",  # misaligned address
     "719": "kernel-fault",  # launch failure
 }
+# The CUDA runtime's error strings (fatal.CUDA_ONLY_STRINGS) that show a class; the GPU the log shows decides
+# whether it is SM12x. A symbol the runtime cannot find in the module is most often a module with no code for
+# the GPU (nothing of it loaded), said thinly (THIN_CUES). The rest ("invalid argument", "invalid resource
+# handle") show no class: the structure answer reads them as bare failures.
+CUDA_STRING_CLASSES = {
+    "invalid device symbol": "binary-lacks-arch",
+    "named symbol not found": "binary-lacks-arch",
+    "invalid device function": "binary-lacks-arch",
+    "invalid kernel image": "binary-lacks-arch",
+    "device kernel image is invalid": "binary-lacks-arch",
+    "no kernel image is available for execution on the device": "binary-lacks-arch",
+    "a ptx jit compilation failed": "binary-lacks-arch",
+    "the provided ptx was compiled with an unsupported toolchain": "toolchain-lacks-arch",
+    "too many resources requested for launch": "resource-limit",
+    "too many blocks in cooperative launch": "resource-limit",
+    "unspecified launch failure": "kernel-fault",
+    "the launch timed out and was terminated": "kernel-fault",
+    "device-side assert triggered": "kernel-fault",
+    "an illegal memory access was encountered": "kernel-fault",
+    "an illegal instruction was encountered": "kernel-fault",
+    "misaligned address": "kernel-fault",
+    "invalid program counter": "kernel-fault",
+    "hardware stack error": "kernel-fault",
+    "operation not supported on global/shared address space": "kernel-fault",
+    "limit is not supported on this architecture": "arch-path-unsupported",
+    "peer access is not supported between these two devices": "communication",
+    "peer mapping resources exhausted": "communication",
+    "ptx jit compiler library not found": "environment",
+    "ptx jit compilation was disabled": "environment",
+    "cuda driver version is insufficient for cuda runtime version": "environment",
+    "cuda driver is a stub library": "environment",
+    "no cuda-capable device is detected": "environment",
+    "cuda-capable device(s) is/are busy or unavailable": "environment",
+    "all cuda-capable devices are busy or unavailable": "environment",
+    "system has unsupported display driver / cuda driver combination": "environment",
+    "forward compatibility was attempted on non supported hw": "environment",
+    "api call is not supported in the installed cuda driver": "environment",
+    "shared object symbol not found": "environment",
+    "shared object initialization failed": "environment",
+}
+_CUDA_STRING_CLASS = re.compile("(?i:" + "|".join(re.escape(s) for s in CUDA_STRING_CLASSES) + ")")
+THIN_STRINGS = frozenset({"invalid device symbol", "named symbol not found"})
+
+
+def thin_cue(cue: str) -> bool:
+    """A cue that shows its class only thinly (a CUDA error string several causes print)."""
+    return cue.endswith("(a CUDA runtime error string)") and cue.split(" (a CUDA")[0].lower() in THIN_STRINGS
+
+
 # a compiler's own source (MLIR/LLVM passes): an arch it refuses there is a toolchain that does not know the arch
 _COMPILER_SOURCE = re.compile(r"\bmlir::|\bllvm::|/lib/(?:Dialect|Conversion|Target|Analysis)/|/Transforms/\w+\.cpp")
 
@@ -672,6 +732,9 @@ def _classify_words(body: str) -> tuple[str, str] | None:
     code = _CUDA_CODE.search(body)
     if code and code.group("code") in CUDA_CODES:
         return CUDA_CODES[code.group("code")], code.group(0)
+    text = _CUDA_STRING_CLASS.search(body)
+    if text:  # the CUDA runtime's own error string (a C++ app prints it alone: "Error: invalid device symbol")
+        return CUDA_STRING_CLASSES[text.group(0).lower()], f"{text.group(0)} (a CUDA runtime error string)"
     arch = _SM12X_TOKEN.search(body) or _ARCH.search(body)
     if arch:
         for r in _MISSING.finditer(body):

@@ -31,6 +31,96 @@ _GLOG_QUIET = {"W", "I"}
 _QUOTES = ('"', "'", "\u201c", "\u201d", "\u2018", "\u2019", "\u300c")
 
 
+# The CUDA runtime's error strings (cudaGetErrorString; the driver API's cuGetErrorString says the same). The ones
+# only CUDA says are an error wherever they stand; the plain English ones ("invalid argument", "unknown error")
+# only after an error tag or a CUDA word, or as the whole message.
+CUDA_ONLY_STRINGS = (
+    "invalid device symbol",
+    "invalid device function",
+    "invalid device ordinal",
+    "invalid device pointer",
+    "invalid device context",
+    "invalid resource handle",
+    "invalid configuration argument",
+    "invalid pitch argument",
+    "invalid texture reference",
+    "invalid surface reference",
+    "invalid channel descriptor",
+    "invalid copy direction for memcpy",
+    "invalid program counter",
+    "invalid kernel image",
+    "device kernel image is invalid",
+    "no kernel image is available for execution on the device",
+    "unspecified launch failure",
+    "the launch timed out and was terminated",
+    "too many resources requested for launch",
+    "too many blocks in cooperative launch",
+    "device-side assert triggered",
+    "an illegal memory access was encountered",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "hardware stack error",
+    "uncorrectable ECC error encountered",
+    "uncorrectable NVLink error",
+    "peer access is not supported between these two devices",
+    "peer mapping resources exhausted",
+    "PTX JIT compiler library not found",
+    "a PTX JIT compilation failed",
+    "PTX JIT compilation was disabled",
+    "the provided PTX was compiled with an unsupported toolchain",
+    "CUDA driver version is insufficient for CUDA runtime version",
+    "CUDA driver is a stub library",
+    "no CUDA-capable device is detected",
+    "CUDA-capable device(s) is/are busy or unavailable",
+    "all CUDA-capable devices are busy or unavailable",
+    "system has unsupported display driver / cuda driver combination",
+    "forward compatibility was attempted on non supported HW",
+    "API call is not supported in the installed CUDA driver",
+    "operation not permitted when stream is capturing",
+    "operation failed due to a previous error during capture",
+    "__global__ function call is not configured",
+    "named symbol not found",
+    "shared object symbol not found",
+    "shared object initialization failed",
+    "limit is not supported on this architecture",
+    "operation not supported on global/shared address space",
+    "mapping of buffer object failed",
+)
+CUDA_PLAIN_STRINGS = (
+    "invalid argument",
+    "invalid value",
+    "initialization error",
+    "unknown error",
+    "operation not supported",
+    "operation not permitted",
+    "driver shutting down",
+    "out of memory",
+    "not supported",
+    "device not ready",
+    "system not yet initialized",
+)
+CUDA_ERROR_STRING = re.compile(
+    r"(?i:" + "|".join(re.escape(s) for s in CUDA_ONLY_STRINGS) + r")|"
+    # a plain string after an error tag, a CUDA word or a call's name and its code ("cudaMemcpy returned 1 (...)")
+    r"(?i:(?:\berror\b|\bfailed\b|\bfailure\b|\bcuda\w*|\bcu[A-Z]\w+|\bGPUassert|\(\d{1,3}\))\W{0,4}(?:\w+\W{1,3}){0,2}"
+    r"(?:" + "|".join(re.escape(s) for s in CUDA_PLAIN_STRINGS) + r")\b)"
+)
+# A line that says the program goes on another way (a fallback, a feature switched off): a warning, however
+# worded, unless it also names an error ("RuntimeError: ... use X instead" is advice in a real failure)
+_FALLBACK = re.compile(
+    r"(?i:^\W*using\b.{1,80}\b(?:since|because|as)\b|\bfall(?:s|ing)? ?back\b|\bfallback\b|\b(?:switching|defaulting|reverting) to\b|"
+    r"(?<!please )(?<!try )(?<!consider )(?<!must )(?<!should )\busing [^.;]{1,60} instead\b|"
+    r"(?:,|;|\s-)\s*(?:disabling|skipping|ignoring)\b|\bwill (?:use|fall back|be (?:disabled|skipped|ignored))\b|"
+    r"\bis deprecated\b)"
+)
+_HARD = re.compile(r"(?:Error|Exception|Exit)\b|\b(?:error|failed|fatal|abort\w*|traceback|crash\w*)\b", re.I)
+
+
+def _fallback(body: str) -> bool:
+    """A warning that the program chose another way (not a failure): "FP8 is not supported, using bf16 instead"."""
+    return bool(_FALLBACK.search(body)) and not _HARD.search(body)
+
+
 @dataclass(frozen=True)
 class FatalClass:
     """A generic class: an id for data, a label for people."""
@@ -122,6 +212,35 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        "cuda-error",
+        "CUDA runtime error",
+        # the CUDA runtime's own error strings (cudaGetErrorString), printed by a C++ app on a line of their own
+        CUDA_ERROR_STRING,
+    ),
+    (
+        "loader-error",
+        "loader or platform error",
+        # a shared library built against another ABI, or a binary or image built for another CPU
+        re.compile(
+            r"\bundefined symbol: \S|\bsymbol lookup error\b|\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
+            r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
+            r"does not match the detected host platform"
+        ),
+    ),
+    (
+        "ended-with-error",
+        "error line",
+        # the shapes the last line of a crashed log takes that no class above has: an error tag after a bracketed
+        # or piped prefix ("[Info] Error: ..."), a process that went away unexpectedly, a non-zero error code
+        re.compile(
+            r"[\]|>]\s*(?:Error|ERROR|Fatal|FATAL)\s*(?:\[\w+\]\s*)?:\s*\S|"
+            r"\b(?:exited|terminated|died|crashed|stopped|quit) (?:unexpectedly|abnormally)\b|"
+            r"\b(?:process|worker|server|engine|child|subprocess)\w*\b.{0,60}\b(?:has )?(?:crashed|died)\b|"
+            r"\b(?:[Ee]rror|ERROR) ?(?:code|status)\W{0,3}-?[1-9]\d*\b|"
+            r"\b[Ee]xit(?:ed)? with (?:status|return code|exit code) -?[1-9]\d*\b"
+        ),
+    ),
+    (
         "fatal-message",
         "fatal message",
         re.compile(
@@ -188,7 +307,7 @@ def strip_prefix(line: str) -> tuple[str, bool]:
                 body = body[m.end() :]
         if body == before:
             break
-    if _LEVEL.match(body):
+    if _LEVEL.match(body) or _fallback(body):
         quiet = True
     if body[:1] in _QUOTES:  # a message quoted in prose ("Error Internal no error"): the quote is not the log
         body = body.lstrip("".join(_QUOTES) + " ")

@@ -129,7 +129,8 @@ class StructureWatcher:
         got = triage_classes.classify_line(fatal.strip_prefix(line)[0])
         if got is not None:
             if got[0] not in self._named:
-                self._named[got[0]] = self._finding(got[0], got[1], line_no, line, context, thin=False)
+                thin = triage_classes.thin_cue(got[1])
+                self._named[got[0]] = self._finding(got[0], got[1], line_no, line, context, thin=thin)
             if got[0] == "kernel-fault":  # a symptom: a line just before may name the arch path that faulted
                 self._cause_before(line_no, line, context)
             return
