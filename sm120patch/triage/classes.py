@@ -222,7 +222,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "environment",
         re.compile(
-            r"\bundefined symbol: \S|\bsymbol lookup error\b|\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
+            r"\bundefined symbol: \S|\bsymbol lookup error\b|"
+            r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
             r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
             r"does not match the detected host platform|is not a supported wheel on this platform|"
             r"\bno matching manifest for\b"

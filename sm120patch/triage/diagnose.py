@@ -55,6 +55,7 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
 
 from __future__ import annotations
 
+import copy
 import html
 import re
 import shlex
@@ -357,8 +358,11 @@ class Diagnoser:
         """The diagnosis so far; verdicts and advice use everything the log has shown."""
         framework = self.kind.framework
         resolved = [self._resolve(f, framework) for f in self._findings.values()]
+        errors, structure = list(self._errors), self.structure
+        if not any(f.fatal for f in resolved) and not errors:
+            errors, structure = self._tail_failure()
         if not any(f.fatal for f in resolved):
-            resolved += self._structural_findings()
+            resolved += self._structural_findings(structure)
         elif all(f.cls not in triage_classes.SM12X_CLASSES for f in resolved if f.fatal):
             # the catalogue named only a symptom (an import error, NCCL): a fatal line that says in so many
             # words that an SM12x arch path failed is the cause too
@@ -374,7 +378,7 @@ class Diagnoser:
         return Diagnosis(
             findings=findings,
             lines_read=self.lines_read,
-            unnamed_errors=list(self._errors),
+            unnamed_errors=errors,
             journal="unknown" if self.applied is None else "read",
             target=self.target,
             notes=notes,
@@ -399,9 +403,22 @@ class Diagnoser:
                 return [(sig, m)]
         return []
 
-    def _structural_findings(self) -> list[Finding]:
+    def _tail_failure(self) -> tuple[list[LogLine], StructureWatcher]:
+        """No line was fatal, but the log ends on one that says the run failed ("status: 1", "returned -6"): it
+        is a fatal error nothing names (exit 1), answered by class from a copy of the watcher (result() may be
+        asked again while the log goes on)."""
+        last = list(self._context)
+        i = fatal.tail_failure(last)
+        if i is None:
+            return [], self.structure
+        line_no, line = self.lines_read - (len(last) - 1 - i), last[i]
+        structure = copy.deepcopy(self.structure)
+        structure.fatal_line(line_no, line, last[:i])
+        return [LogLine(line_no, _clip(line.strip()), "the log ends on an error nothing names")], structure
+
+    def _structural_findings(self, structure: StructureWatcher | None = None) -> list[Finding]:
         """No signature named a fatal line: answer from the log's structure, at the level it supports."""
-        a = self.structure.answer(self.kind, self._context)
+        a = (structure or self.structure).answer(self.kind, self._context)
         if a is None:
             return []
         p = a.pick

@@ -9,6 +9,7 @@ fatal (vLLM and SGLang warn "not supported on more than two PCIe-only GPUs" on h
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Prefixes frameworks put before the message, peeled off in any order (up to a few times).
@@ -108,10 +109,12 @@ CUDA_ERROR_STRING = re.compile(
 # A line that says the program goes on another way (a fallback, a feature switched off): a warning, however
 # worded, unless it also names an error ("RuntimeError: ... use X instead" is advice in a real failure)
 _FALLBACK = re.compile(
-    r"(?i:^\W*using\b.{1,80}\b(?:since|because|as)\b|\bfall(?:s|ing)? ?back\b|\bfallback\b|\b(?:switching|defaulting|reverting) to\b|"
-    r"(?<!please )(?<!try )(?<!consider )(?<!must )(?<!should )\busing [^.;]{1,60} instead\b|"
+    r"(?i:^\W*using\b.{1,80}\b(?:since|because|as)\b|\bfall(?:s|ing)? ?back\b|\bfallback\b|"
+    r"\b(?:switching|defaulting|reverting) to\b|"
+    r"(?<!please )(?<!try )(?<!consider )(?<!must )(?<!should )"
+    r"\busing [^.;]{1,60} instead\b|"
     r"(?:,|;|\s-)\s*(?:disabling|skipping|ignoring)\b|\bwill (?:use|fall back|be (?:disabled|skipped|ignored))\b|"
-    r"\bis deprecated\b)"
+    r"\bis deprecated\b|\busing (?:the )?defaults?\b|\bunable to find image \S+ locally\b)"
 )
 _HARD = re.compile(r"(?:Error|Exception|Exit)\b|\b(?:error|failed|fatal|abort\w*|traceback|crash\w*)\b", re.I)
 
@@ -222,7 +225,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "loader or platform error",
         # a shared library built against another ABI, or a binary or image built for another CPU
         re.compile(
-            r"\bundefined symbol: \S|\bsymbol lookup error\b|\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
+            r"\bundefined symbol: \S|\bsymbol lookup error\b|"
+            r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
             r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
             r"does not match the detected host platform"
         ),
@@ -237,7 +241,38 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"\b(?:exited|terminated|died|crashed|stopped|quit) (?:unexpectedly|abnormally)\b|"
             r"\b(?:process|worker|server|engine|child|subprocess)\w*\b.{0,60}\b(?:has )?(?:crashed|died)\b|"
             r"\b(?:[Ee]rror|ERROR) ?(?:code|status)\W{0,3}-?[1-9]\d*\b|"
-            r"\b[Ee]xit(?:ed)? with (?:status|return code|exit code) -?[1-9]\d*\b"
+            r"\b[Ee]xit(?:ed)? with (?:status|return code|exit code) -?[1-9]\d*\b|"
+            r"\b(?:has|have|had|appears to have) (?:crashed|died)\b|\b[Ww]orker died\b|\bKernel Restarting\b|"
+            r"(?i:\bexited \([1-9]\d*\))|\bcode=(?:exited|killed|dumped), status=(?!0/)\w+|"
+            r"[Ff]ailed with result '(?!success)|"
+            # level tags with no space ("ERROR:root:..."), apt's "E: ", Rust's "error[E0425]:"
+            r"^\s*(?:ERROR|FATAL|CRITICAL):\S|^E: \S|^\s*error\[\w+\]:|"
+            # glibc's and the sanitizers' aborts, signals a runtime reports, a compiler's own crash dump
+            r"\b(?:free|malloc|realloc)\(\): |double free or corruption|stack smashing detected|"
+            r"\bcorrupted (?:size|double-linked|top size|unsorted)|^=+\d*=+\s*ERROR: \w*Sanitizer|"
+            r"\b(?:got|received|caught|killed by) signal \d+|\b(?:got|received|caught) (?:signal )?SIG[A-Z]+|"
+            r"\billegal hardware instruction\b|\bSegfault\b|\bSIGKILL\b|^Stack dump:|"
+            r"PLEASE submit a bug report to|"
+            # the linker, and a shell that cannot find or run a program
+            r"\bld(?:\.\w+)?: cannot find -l|\bundefined reference to\b|(?i:\bpermission denied\b)|"
+            r"^(?:\S*/)?(?:ba|z|da)?sh: (?:\d+: )?.{1,120}: (?:not found|No such file or directory)$|"
+            r"(?i:\bno such file or directory\b)|"
+            # another GPU API (ROCm/HIP, Vulkan) or the CUDA driver API's own words
+            r"\bhipError\w+|HIP error\b|VK_ERROR_\w+|\bDeviceLostError\b|\bErrorOutOf\w*Memory\b|"
+            r"(?i:\bdevice lost\b)|(?i:\bcuda\w* api error\b)|"
+            r"\bcu[A-Z]\w+(?:\(\))? (?:returned|failed)\W{0,3}(?!0\b|\(0x0\)|CUDA_SUCCESS)\S|"
+            # something the program needs could not be done; an operation that failed
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:initiali[sz]e|init|load|open|find|"
+            r"create|allocate|start|launch|compile|build|execute|run|connect|read|map|register|locate|import|access)\b)|"
+            r"\b(?:[Ii]nitiali[sz]ation|[Ss]tartup|[Ll]oading|[Ll]aunch|[Cc]ompilation|[Ee]xecution|[Aa]llocation|"
+            r"[Rr]egistration|[Ii]mport) failed\b|\b[Ff]ailed: \S|^\W*(?:FAILED|[Ff]ailed)\W*$|"
+            r"^\W*(?:ERROR|Error|FATAL|Fatal)\W*$|"
+            r"(?i:\bconnection refused\b|\bserver disconnected\b)|could not be (?:read|written)|cannot proceed\b|"
+            r"\b[Ee]rror (?:loading|reading|opening|writing|parsing|initiali[sz]ing|creating|allocating|running|"
+            r"executing|compiling|building|launching|starting|connecting|importing)\b|"
+            # the tail PyTorch puts under a CUDA error (the error line itself may be cut off above)
+            r"CUDA kernel errors might be asynchronously reported|TORCH_USE_CUDA_DSA\b.{0,30}device-side assertions|"
+            r"consider passing CUDA_LAUNCH_BLOCKING=1"
         ),
     ),
     (
@@ -333,3 +368,34 @@ _ERROR_LEVEL = re.compile(
     r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\]|"
     r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+:\d+\])"
 )
+
+
+# The last lines of a log that stopped: one that says something failed, went away or was refused is a failure,
+# even in words no class above knows ("status: 1", "Exit 1", "returned -6"), unless it says all went well.
+TAIL_LINES = 3
+_TAIL_FAILURE = re.compile(
+    r"(?i:\b(?:cannot|can't|could not|couldn't|unable to|fail(?:s|ed|ure)?|errors?|errno|died|crash(?:ed)?|segfault|"
+    r"abort(?:ed)?|killed|denied|refused|not found|no such file|lost|invalid|corrupt\w*|panic\w*|\w*BackOff)\b|"
+    r"\bexit(?:ed)?\W{0,3}(?:with\W{0,3})?(?:code|status)?\W{0,3}-?[1-9]\d*\b|"
+    r"\b(?:status|return(?:ed)?|return code|rc)\W{0,3}-?[1-9]\d*\b|\bsig(?:segv|abrt|kill|ill|bus|fpe)\b)"
+)
+_TAIL_OK = re.compile(
+    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)\W{0,3}0\b|\bsucce\w+|"
+    r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b)"
+)
+
+
+def tail_failure(last: Sequence[str]) -> int | None:
+    """Index (in `last`, the log's final lines) of a line that says the run failed in words no class knows; only
+    the last TAIL_LINES non-empty lines count, and none logged below error level."""
+    seen = 0
+    for i in range(len(last) - 1, -1, -1):
+        body, quiet = strip_prefix(last[i])
+        if not body.strip():
+            continue
+        seen += 1
+        if seen > TAIL_LINES:
+            return None
+        if not quiet and _TAIL_FAILURE.search(body) and not _TAIL_OK.search(body):
+            return i
+    return None
