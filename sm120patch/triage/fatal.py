@@ -181,7 +181,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "server-error",
         "server error",
         re.compile(
-            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b:?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
+            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b(?! (?:rates?|counts?|handling)\b):?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
         ),
     ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
@@ -190,7 +190,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "process died",
         re.compile(
             r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
-            r"Received sigquit from a child|exited (?:early )?with code -?\d+|Signal: \w+ \(\d+\)|"
+            r"Received sigquit from a child|exited (?:early )?with code (?!0\b)-?\d+|Signal: \w+ \(\d+\)|"
             r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
@@ -262,8 +262,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"(?i:\bdevice lost\b)|(?i:\bcuda\w* api error\b)|"
             r"\bcu[A-Z]\w+(?:\(\))? (?:returned|failed)\W{0,3}(?!0\b|\(0x0\)|CUDA_SUCCESS)\S|"
             # something the program needs could not be done; an operation that failed
-            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:initiali[sz]e|init|load|open|find|"
-            r"create|allocate|start|launch|compile|build|execute|run|connect|read|map|register|locate|import|access)\b)|"
+            # (not "could not find": transformers says it on healthy loads; the log's last lines catch it)
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:initiali[sz]e|init|open|create|allocate|"
+            r"start|launch|compile|build|execute|run|connect|map|import)\b)|"
             r"\b(?:[Ii]nitiali[sz]ation|[Ss]tartup|[Ll]oading|[Ll]aunch|[Cc]ompilation|[Ee]xecution|[Aa]llocation|"
             r"[Rr]egistration|[Ii]mport) failed\b|\b[Ff]ailed: \S|^\W*(?:FAILED|[Ff]ailed)\W*$|"
             r"^\W*(?:ERROR|Error|FATAL|Fatal)\W*$|"
@@ -380,7 +381,7 @@ _TAIL_FAILURE = re.compile(
     r"\b(?:status|return(?:ed)?|return code|rc)\W{0,3}-?[1-9]\d*\b|\bsig(?:segv|abrt|kill|ill|bus|fpe)\b)"
 )
 _TAIL_OK = re.compile(
-    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)\W{0,3}0\b|\bsucce\w+|"
+    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
     r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b)"
 )
 
