@@ -226,7 +226,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
             r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
             r"does not match the detected host platform|is not a supported wheel on this platform|"
-            r"\bno matching manifest for\b"
+            r"\bno matching manifest for\b|exec user process caused|(?i:\bno such file or directory\b)"
         ),
     ),
     (

@@ -181,7 +181,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "server-error",
         "server error",
         re.compile(
-            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b(?! (?:rates?|counts?|handling)\b):?\s|^\s*error:\s|\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
+            r"^\s*(?:ERROR|Error|FATAL|Fatal)\b(?! (?:rates?|counts?|handling)\b):?\s|^\s*error:\s|"
+            r"\blevel=(?:ERROR|FATAL|error|fatal)\b|\[\s*(?:ERROR|FATAL)\b|^\s*(?:\[[^\]]*\]\s*)?\[[EF]\]\s"
         ),
     ),
     ("http-error", "HTTP error", re.compile(r"\b[45]\d\d Client Error\b")),
@@ -381,8 +382,9 @@ _TAIL_FAILURE = re.compile(
     r"\b(?:status|return(?:ed)?|return code|rc)\W{0,3}-?[1-9]\d*\b|\bsig(?:segv|abrt|kill|ill|bus|fpe)\b)"
 )
 _TAIL_OK = re.compile(
-    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
-    r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b)"
+    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|"
+    r"\bsucce\w+|"
+    r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b|\bretrying\b)"
 )
 
 
