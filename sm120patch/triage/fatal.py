@@ -382,8 +382,8 @@ _TAIL_FAILURE = re.compile(
     r"\b(?:status|return(?:ed)?|return code|rc)\W{0,3}-?[1-9]\d*\b|\bsig(?:segv|abrt|kill|ill|bus|fpe)\b)"
 )
 _TAIL_OK = re.compile(
-    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|"
-    r"\bsucce\w+|"
+    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|"
+    r"\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
     r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b|\bretrying\b)"
 )
 
