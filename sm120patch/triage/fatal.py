@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sm120patch.triage.prefilter import trie_pattern
+
 # Prefixes frameworks put before the message, peeled off in any order (up to a few times).
 _PREFIXES = (
     re.compile(r"^\s*\((?:EngineCore\w*|Worker\w*|VllmWorker\w*|SGLangWorker|APIServer|\w+) pid=\d+\)\s?"),
@@ -101,11 +103,25 @@ CUDA_PLAIN_STRINGS = (
     "system not yet initialized",
 )
 CUDA_ERROR_STRING = re.compile(
-    r"(?i:" + "|".join(re.escape(s) for s in CUDA_ONLY_STRINGS) + r")|"
+    r"(?i:" + trie_pattern(t.lower() for t in CUDA_ONLY_STRINGS) + r")|"
     # a plain string after an error tag, a CUDA word or a call's name and its code ("cudaMemcpy returned 1 (...)")
-    r"(?i:(?:\berror\b|\bfailed\b|\bfailure\b|\bcuda\w*|\bcu[A-Z]\w+|\bGPUassert|\(\d{1,3}\))\W{0,4}(?:\w+\W{1,3}){0,2}"
-    r"(?:" + "|".join(re.escape(s) for s in CUDA_PLAIN_STRINGS) + r")\b)"
+    r"(?:\b[Ee]rror\b|\bERROR\b|\b[Ff]ail(?:ed|ure)\b|\bFAILED\b|\b[Cc]uda\w*|\bCUDA\w*|\bcu[A-Z]\w+|\bGPUassert|"
+    r"\(\d{1,3}\))\W{0,4}(?:\w+\W{1,3}){0,2}(?i:" + trie_pattern(CUDA_PLAIN_STRINGS) + r")\b"
 )
+
+
+class _Gated:
+    """A pattern searched only in lines holding one of its words (a cheap trie search of the lower-cased line):
+    the sixth round's long alternations cost ~100 us a line, and most lines the prefilter passes are healthy."""
+
+    def __init__(self, words: Sequence[str], pattern: re.Pattern[str]) -> None:
+        self._gate = re.compile(trie_pattern(words))
+        self.pattern = pattern
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.pattern.search(text) if self._gate.search(text.lower()) else None
+
+
 # A line that says the program goes on another way (a fallback, a feature switched off): a warning, however
 # worded, unless it also names an error ("RuntimeError: ... use X instead" is advice in a real failure)
 _FALLBACK = re.compile(
@@ -119,9 +135,30 @@ _FALLBACK = re.compile(
 _HARD = re.compile(r"(?:Error|Exception|Exit)\b|\b(?:error|failed|fatal|abort\w*|traceback|crash\w*)\b", re.I)
 
 
+_FALLBACK_WORDS = re.compile(
+    trie_pattern(
+        [
+            "back",
+            "instead",
+            "switching",
+            "defaulting",
+            "reverting",
+            "disabling",
+            "skipping",
+            "ignoring",
+            "will ",
+            "deprecated",
+            "using",
+            "locally",
+        ]
+    )
+)
+
+
 def _fallback(body: str) -> bool:
     """A warning that the program chose another way (not a failure): "FP8 is not supported, using bf16 instead"."""
-    return bool(_FALLBACK.search(body)) and not _HARD.search(body)
+    low = body.lower()
+    return bool(_FALLBACK_WORDS.search(low) and _FALLBACK.search(body)) and not _HARD.search(body)
 
 
 @dataclass(frozen=True)
@@ -133,7 +170,7 @@ class FatalClass:
 
 
 # First match wins; order: most telling first.
-_CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+_CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
     ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
     ("gpu-driver-error", "GPU driver error (Xid)", re.compile(r"NVRM: Xid \(|\bXid \d+\b|GPU has fallen off the bus")),
     (
@@ -219,17 +256,51 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "cuda-error",
         "CUDA runtime error",
         # the CUDA runtime's own error strings (cudaGetErrorString), printed by a C++ app on a line of their own
-        CUDA_ERROR_STRING,
+        _Gated(
+            [
+                "invalid",
+                "launch",
+                "assert",
+                "illegal",
+                "misalign",
+                "hardware stack",
+                "ecc",
+                "nvlink",
+                "peer ",
+                "ptx",
+                "driver",
+                "cuda-capable",
+                "compatib",
+                "not permitted",
+                "capture",
+                "__global__",
+                "symbol",
+                "shared object",
+                "limit is",
+                "address space",
+                "mapping of",
+                "memory",
+                "error",
+                "not supported",
+                "shutting down",
+                "not ready",
+                "not yet initialized",
+            ],
+            CUDA_ERROR_STRING,
+        ),
     ),
     (
         "loader-error",
         "loader or platform error",
         # a shared library built against another ABI, or a binary or image built for another CPU
-        re.compile(
-            r"\bundefined symbol: \S|\bsymbol lookup error\b|"
-            r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
-            r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
-            r"does not match the detected host platform"
+        _Gated(
+            ["symbol", "glibc", "exec format", "cannot execute", "elf class", "host platform"],
+            re.compile(
+                r"\bundefined symbol: \S|\bsymbol lookup error\b|"
+                r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
+                r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
+                r"does not match the detected host platform"
+            ),
         ),
     ),
     (
@@ -237,44 +308,94 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         "error line",
         # the shapes the last line of a crashed log takes that no class above has: an error tag after a bracketed
         # or piped prefix ("[Info] Error: ..."), a process that went away unexpectedly, a non-zero error code
-        re.compile(
-            r"[\]|>]\s*(?:Error|ERROR|Fatal|FATAL)\s*(?:\[\w+\]\s*)?:\s*\S|"
-            r"\b(?:exited|terminated|died|crashed|stopped|quit) (?:unexpectedly|abnormally)\b|"
-            r"\b(?:process|worker|server|engine|child|subprocess)\w*\b.{0,60}\b(?:has )?(?:crashed|died)\b|"
-            r"\b(?:[Ee]rror|ERROR) ?(?:code|status)\W{0,3}-?[1-9]\d*\b|"
-            r"\b[Ee]xit(?:ed)? with (?:status|return code|exit code) -?[1-9]\d*\b|"
-            r"\b(?:has|have|had|appears to have) (?:crashed|died)\b|\b[Ww]orker died\b|\bKernel Restarting\b|"
-            r"(?i:\bexited \([1-9]\d*\))|\bcode=(?:exited|killed|dumped), status=(?!0/)\w+|"
-            r"[Ff]ailed with result '(?!success)|"
-            # level tags with no space ("ERROR:root:..."), apt's "E: ", Rust's "error[E0425]:"
-            r"^\s*(?:ERROR|FATAL|CRITICAL):\S|^E: \S|^\s*error\[\w+\]:|"
-            # glibc's and the sanitizers' aborts, signals a runtime reports, a compiler's own crash dump
-            r"\b(?:free|malloc|realloc)\(\): |double free or corruption|stack smashing detected|"
-            r"\bcorrupted (?:size|double-linked|top size|unsorted)|^=+\d*=+\s*ERROR: \w*Sanitizer|"
-            r"\b(?:got|received|caught|killed by) signal \d+|\b(?:got|received|caught) (?:signal )?SIG[A-Z]+|"
-            r"\billegal hardware instruction\b|\bSegfault\b|\bSIGKILL\b|^Stack dump:|"
-            r"PLEASE submit a bug report to|"
-            # the linker, and a shell that cannot find or run a program
-            r"\bld(?:\.\w+)?: cannot find -l|\bundefined reference to\b|(?i:\bpermission denied\b)|"
-            r"^(?:\S*/)?(?:ba|z|da)?sh: (?:\d+: )?.{1,120}: (?:not found|No such file or directory)$|"
-            r"(?i:\bno such file or directory\b)|"
-            # another GPU API (ROCm/HIP, Vulkan) or the CUDA driver API's own words
-            r"\bhipError\w+|HIP error\b|VK_ERROR_\w+|\bDeviceLostError\b|\bErrorOutOf\w*Memory\b|"
-            r"(?i:\bdevice lost\b)|(?i:\bcuda\w* api error\b)|"
-            r"\bcu[A-Z]\w+(?:\(\))? (?:returned|failed)\W{0,3}(?!0\b|\(0x0\)|CUDA_SUCCESS)\S|"
-            # something the program needs could not be done; an operation that failed
-            # (not "could not find": transformers says it on healthy loads; the log's last lines catch it)
-            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:initiali[sz]e|init|open|create|allocate|"
-            r"start|launch|compile|build|execute|run|connect|map|import)\b)|"
-            r"\b(?:[Ii]nitiali[sz]ation|[Ss]tartup|[Ll]oading|[Ll]aunch|[Cc]ompilation|[Ee]xecution|[Aa]llocation|"
-            r"[Rr]egistration|[Ii]mport) failed\b|\b[Ff]ailed: \S|^\W*(?:FAILED|[Ff]ailed)\W*$|"
-            r"^\W*(?:ERROR|Error|FATAL|Fatal)\W*$|"
-            r"(?i:\bconnection refused\b|\bserver disconnected\b)|could not be (?:read|written)|cannot proceed\b|"
-            r"\b[Ee]rror (?:loading|reading|opening|writing|parsing|initiali[sz]ing|creating|allocating|running|"
-            r"executing|compiling|building|launching|starting|connecting|importing)\b|"
-            # the tail PyTorch puts under a CUDA error (the error line itself may be cut off above)
-            r"CUDA kernel errors might be asynchronously reported|TORCH_USE_CUDA_DSA\b.{0,30}device-side assertions|"
-            r"consider passing CUDA_LAUNCH_BLOCKING=1"
+        _Gated(
+            [
+                "error",
+                "fatal",
+                "unexpectedly",
+                "abnormally",
+                "crashed",
+                "died",
+                "restarting",
+                "exited",
+                "code=",
+                "failed",
+                "critical",
+                "free(",
+                "malloc(",
+                "realloc(",
+                "double free",
+                "stack smashing",
+                "corrupted",
+                "sanitizer",
+                "signal",
+                "sig",
+                "illegal hardware",
+                "segfault",
+                "stack dump",
+                "bug report",
+                "cannot",
+                "undefined reference",
+                "denied",
+                "not found",
+                "no such file",
+                "hip",
+                "vk_error",
+                "devicelost",
+                "errorout",
+                "device lost",
+                "returned",
+                "could not",
+                "couldn't",
+                "can't",
+                "unable to",
+                "refused",
+                "disconnected",
+                "asynchronously reported",
+                "torch_use_cuda_dsa",
+                "cuda_launch_blocking",
+                "exit",
+            ],
+            re.compile(
+                r"[\]|>]\s*(?:Error|ERROR|Fatal|FATAL)\s*(?:\[\w+\]\s*)?:\s*\S|"
+                r"\b(?:exited|terminated|died|crashed|stopped|quit) (?:unexpectedly|abnormally)\b|"
+                r"\b(?:process|worker|server|engine|child|subprocess)\w*\b.{0,60}\b(?:has )?(?:crashed|died)\b|"
+                r"\b(?:[Ee]rror|ERROR) ?(?:code|status)\W{0,3}-?[1-9]\d*\b|"
+                r"\b[Ee]xit(?:ed)? with (?:status|return code|exit code) -?[1-9]\d*\b|"
+                r"\b(?:has|have|had|appears to have) (?:crashed|died)\b|\b[Ww]orker died\b|\bKernel Restarting\b|"
+                r"(?i:\bexited \([1-9]\d*\))|\bcode=(?:exited|killed|dumped), status=(?!0/)\w+|"
+                r"[Ff]ailed with result '(?!success)|"
+                # level tags with no space ("ERROR:root:..."), apt's "E: ", Rust's "error[E0425]:"
+                r"^\s*(?:ERROR|FATAL|CRITICAL):\S|^E: \S|^\s*error\[\w+\]:|"
+                # glibc's and the sanitizers' aborts, signals a runtime reports, a compiler's own crash dump
+                r"\b(?:free|malloc|realloc)\(\): |double free or corruption|stack smashing detected|"
+                r"\bcorrupted (?:size|double-linked|top size|unsorted)|^=+\d*=+\s*ERROR: \w*Sanitizer|"
+                r"\b(?:got|received|caught|killed by) signal \d+|\b(?:got|received|caught) (?:signal )?SIG[A-Z]+|"
+                r"\billegal hardware instruction\b|\bSegfault\b|\bSIGKILL\b|^Stack dump:|"
+                r"PLEASE submit a bug report to|"
+                # the linker, and a shell that cannot find or run a program
+                r"\bld(?:\.\w+)?: cannot find -l|\bundefined reference to\b|(?i:\bpermission denied\b)|"
+                r"^(?:\S*/)?(?:ba|z|da)?sh: (?:\d+: )?.{1,120}: (?:not found|No such file or directory)$|"
+                r"(?i:\bno such file or directory\b)|"
+                # another GPU API (ROCm/HIP, Vulkan) or the CUDA driver API's own words
+                r"\bhipError\w+|HIP error\b|VK_ERROR_\w+|\bDeviceLostError\b|\bErrorOutOf\w*Memory\b|"
+                r"(?i:\bdevice lost\b)|(?i:\bcuda\w* api error\b)|"
+                r"\bcu[A-Z]\w+(?:\(\))? (?:returned|failed)\W{0,3}(?!0\b|\(0x0\)|CUDA_SUCCESS)\S|"
+                # something the program needs could not be done; an operation that failed
+                # (not "could not find": transformers says it on healthy loads; the log's last lines catch it)
+                r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) "
+                r"(?:initiali[sz]e|init|open|create|allocate|start|launch|compile|build|execute|run|connect|map|import)\b)|"
+                r"\b(?:[Ii]nitiali[sz]ation|[Ss]tartup|[Ll]oading|[Ll]aunch|[Cc]ompilation|[Ee]xecution|[Aa]llocation|"
+                r"[Rr]egistration|[Ii]mport) failed\b|\b[Ff]ailed: \S|^\W*(?:FAILED|[Ff]ailed)\W*$|"
+                r"^\W*(?:ERROR|Error|FATAL|Fatal)\W*$|"
+                r"(?i:\bconnection refused\b|\bserver disconnected\b)|could not be (?:read|written)|cannot proceed\b|"
+                r"\b[Ee]rror (?:loading|reading|opening|writing|parsing|initiali[sz]ing|creating|allocating|running|"
+                r"executing|compiling|building|launching|starting|connecting|importing)\b|"
+                # the tail PyTorch puts under a CUDA error (the error line itself may be cut off above)
+                r"CUDA kernel errors might be asynchronously reported|"
+                r"TORCH_USE_CUDA_DSA\b.{0,30}device-side assertions|"
+                r"consider passing CUDA_LAUNCH_BLOCKING=1"
+            ),
         ),
     ),
     (
