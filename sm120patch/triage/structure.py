@@ -67,7 +67,10 @@ KERNEL_OP = re.compile(
 # on SM12x most often a shared-memory size above its 99 KB per block
 _CU_INVALID_ARGUMENT = re.compile(
     r"\.cuh?:\d+\b.{0,200}\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b|"
-    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b.{0,120}\.cuh?:\d+\b",
+    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b.{0,120}\.cuh?:\d+\b|"
+    # a kernel launch the GPU refused with invalid argument (a launch's size or shared memory past what it has)
+    r"\b(?:kernel launch|launch(?:ing)? (?:the |of )?(?:\w+ )?kernel|cuLaunchKernel\w*|cudaLaunchKernel\w*)\b.{0,120}"
+    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b",
     re.I,
 )
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"

@@ -42,6 +42,8 @@ FAMILIES = [
     ("environment", "init: CUDA driver version is insufficient for CUDA runtime version\n"),
     ("communication", "enable peer: peer access is not supported between these two devices\n"),
     (None, "cudaStreamSynchronize: invalid resource handle\n"),
+    # a kernel launch refused with invalid argument on an SM12x GPU: a launch's size or shared memory, thinly
+    ("resource-limit", RTX5090 + "Failed to launch kernel attn_fwd_split: CUDA_ERROR_INVALID_VALUE\n"),
     (None, "GPUassert: invalid argument render.cu 301\n"),
     # the other shapes a crashed log ends on
     (None, "free(): invalid next size (fast)\n"),
@@ -95,6 +97,11 @@ def test_a_cuda_error_string_is_settled_by_the_gpu_the_log_shows() -> None:
     assert (f["class"], f["sm12x"]) == ("binary-lacks-arch", "no")
     (f,) = _fatal(RTX5090 + "cudaMemcpyToSymbol: invalid device symbol\n")  # several causes print it: thin
     assert (f["class"], f["sm12x"], f["evidence"]) == ("binary-lacks-arch", "maybe", "thin")
+
+
+def test_a_refused_launch_on_another_gpu_is_not_a_resource_limit() -> None:
+    (f,) = _fatal(A100 + "Failed to launch kernel attn_fwd_split: CUDA_ERROR_INVALID_VALUE\n")
+    assert (f["class"], f["sm12x"]) == ("other", "no")
 
 
 def test_plain_english_cuda_strings_need_an_error_tag_or_a_cuda_word() -> None:
