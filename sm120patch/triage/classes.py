@@ -110,6 +110,20 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
     ("out-of-memory", re.compile(r"\[WinError 1455\]|paging file is too small")),
+    # the tails of messages whose class is known (the first line may be cut off): Triton's shared-memory hint, a
+    # sanitizer's out-of-bounds line or a GPU page fault, a hub that refuses a gated model
+    (
+        "resource-limit",
+        re.compile(r"Reducing block sizes or .?num_stages.? may help|Required: \d+, Hardware limit: \d+"),
+    ),
+    ("kernel-fault", re.compile(r"^=+\s+Access at 0x[\da-fA-F]+ is out of bounds|Fault is of type FAULT_\w+")),
+    (
+        "environment",
+        re.compile(
+            r"\b(?:is|are) (?:restricted|gated)\b.{0,80}\b(?:must|need to) (?:be authenticated|have access|log in)|"
+            r"\bYou must be authenticated to access\b"
+        ),
+    ),
     # the assembler ran out of the GPU's resources, not of arch knowledge; a kernel that could not get (or set)
     # the shared memory it asks for, however cased ("Failed to set Shared Memory size")
     (

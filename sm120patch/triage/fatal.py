@@ -171,7 +171,48 @@ class FatalClass:
 
 # First match wins; order: most telling first.
 _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
-    ("traceback", "Python traceback", re.compile(r"^\s*Traceback \(most recent call last\)")),
+    ("traceback", "Python traceback", re.compile(r"^\s*(?:\w+\s+)?Traceback \(most recent call last\)")),
+    (
+        "error-trailer",
+        "the tail of an error message",
+        # lines that only ever follow an error (its first line may be cut off above): a runtime's hint for a fuller
+        # trace, ggml's and a sanitizer's location lines, Triton's shared-memory hint, a hub's access refusal,
+        # c10's Windows frames, Chinese "Aborted"/"core dumped"
+        _Gated(
+            [
+                "during handling",
+                "torchdynamo_verbose",
+                "hydra_full_error",
+                "removed its internal frames",
+                "current device",
+                "out of bounds",
+                "by thread",
+                "fault is of type",
+                "num_stages",
+                "hardware limit",
+                "restricted",
+                "authenticated",
+                "is gated",
+                "torchcheckfail",
+                "c10_cuda_check",
+                "exception in ",
+                "已放弃",
+                "核心已转储",
+                "吐核",
+            ],
+            re.compile(
+                r"^\s*During handling of the above exception|TORCHDYNAMO_VERBOSE=1 for the internal stack trace|"
+                r"HYDRA_FULL_ERROR=1 for a complete stack trace|has removed its internal frames from the traceback|"
+                r"^\s*(?:\S+\s+[EF]\s+)?current device: \d+, in function \w+|"
+                r"^=+\s+(?:Access at 0x[\da-fA-F]+ is out of bounds|by thread \(\d+,\d+,\d+\) in block)|"
+                r"Fault is of type FAULT_\w+|Reducing block sizes or .?num_stages.? may help|"
+                r"Required: \d+, Hardware limit: \d+|"
+                r"\b(?:is|are) (?:restricted|gated)\b.{0,80}\b(?:must|need to) (?:be authenticated|have access|log in)|"
+                r"\bYou must be authenticated to access\b|\btorchCheckFail\b|\bc10_cuda_check_implementation\b|"
+                r"^\s*Exception in (?:thread )?[\w.-]+:?\s*$|已放弃|核心已转储|吐核"
+            ),
+        ),
+    ),
     ("gpu-driver-error", "GPU driver error (Xid)", re.compile(r"NVRM: Xid \(|\bXid \d+\b|GPU has fallen off the bus")),
     (
         "gpu-driver-error",

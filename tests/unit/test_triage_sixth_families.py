@@ -62,6 +62,16 @@ FAMILIES = [
         None,
         "RuntimeError: shape mismatch\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n",
     ),
+    # lines that only ever follow an error, when the error's first line is cut off above them
+    ("resource-limit", "    Reducing block sizes or `num_stages` may help.\n"),
+    ("kernel-fault", "=========     Access at 0x7f00aa10 is out of bounds\n"),
+    ("environment", "Access to model acme/secret-7b is restricted. You must be authenticated to access it.\n"),
+    (None, "  current device: 0, in function ggml_cuda_op_mul_mat at /src/ggml-cuda.cu:1200\n"),
+    (None, "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if reporting a bug)\n"),
+    (None, "During handling of the above exception, another exception occurred:\n"),
+    (None, "CudaSupportError                          Traceback (most recent call last)\n"),
+    (None, "00007FF800000000 c10.dll!c10::detail::torchCheckFail [<unknown file> @ <unknown line number>]\n"),
+    (None, "已放弃 (核心已转储)\n"),
     # the last lines say the run failed, in words no class knows
     (None, "loading model.bin\nstep 3/7\nstatus: 1\n"),
     (None, "starting engine\nchild returned -6\n"),
