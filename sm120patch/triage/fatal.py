@@ -8,6 +8,7 @@ fatal (vLLM and SGLang warn "not supported on more than two PCIe-only GPUs" on h
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -294,6 +295,54 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
         ),
     ),
     (
+        "fatal-message",
+        "fatal message",
+        re.compile(
+            r"(?i:\bfatal\b)|No compiled \w+|CMake Error\b|"
+            r"\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|"
+            r"not supported on \.?target|\bis not supported\b|"
+            r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
+            r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
+            r"\bcannot initialize\b|"
+            r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
+            r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
+            r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
+            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
+            r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
+            r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
+            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b|\bERR!|"
+            # a library or DLL that could not be found or loaded (Windows and Linux loaders, Python's ctypes)
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
+            r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError \d+\]|"
+            r"[Tt]he specified (?:module|procedure) could not be found|"
+            # the dynamic loader gives up before main (Linux ld.so, macOS dyld)
+            r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
+            # a check that names what it expected and what it got ("expects arch to be one of [...], but got X")
+            r"\b[Ee]xpect(?:s|ed)\b.{1,160}\bbut (?:got|found|received|is|was)\b|"
+            # nvidia-smi and friends: the driver answers, but no GPU
+            r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b|"
+            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"
+            # status codes of absl/XLA/TensorFlow and CUTLASS status strings ("Error Internal")
+            r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
+            r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
+            r"Workspace Null|Memory Allocation|Insufficient Driver|Invalid Data Type|Invalid Layout)\b|"
+            # ONNX Runtime's and similar "[E:lib:" prefixes; a non-zero status a runtime returned
+            r"\[[EF]:\w+:|Non-zero status code returned|"
+            # a wrong result rather than an exception: NaN/Inf or garbage where numbers or text were expected
+            r"(?i:\b(?:loss|grad_norm|outputs?|logits|results?|values?|images?|tensors?)\b.{0,30}"
+            r"\b(?:is|are|became|become|becomes|contains?|returns?|gives?|produces?)\s+(?:all\s+|only\s+)?"
+            r"(?:nan|nans|inf|garbage|gibberish|black|blank|zeros?)\b|\b(?:loss|grad_norm)\s*[=:]\s*nan\b|"
+            r"\bnans? (?:detected|encountered|found)\b|\binf or nan\b|\bnan or inf\b)|"
+            # a model that answers with one token over and over ("!!!!!!!!", "<unk><unk>..."): a wrong result
+            r"!{8,}|(?:<unk>\s*){4,}|(?:<pad>\s*){4,}|(?:\[PAD\]\s*){4,}|"
+            # logs in other languages: error, failed, exception, not supported
+            r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
+            r"显存不足|内存不足|メモリ不足|메모리 부족|找不到|見つかりません|찾을 수 없|"
+            r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"
+            r"\bfall[oó]\b|\bfallido\b|\bошибка\b|\bсбой\b|не удалось|не поддерживается)"
+        ),
+    ),
+    (
         "cuda-error",
         "CUDA runtime error",
         # the CUDA runtime's own error strings (cudaGetErrorString), printed by a C++ app on a line of their own
@@ -439,59 +488,13 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             ),
         ),
     ),
-    (
-        "fatal-message",
-        "fatal message",
-        re.compile(
-            r"(?i:\bfatal\b)|No compiled \w+|CMake Error\b|"
-            r"\b[Ff]ailed to (?:initialize|launch|load|run|create|execute|compile|build|start)\b|"
-            r"not supported on \.?target|\bis not supported\b|"
-            r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
-            r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
-            r"\bcannot initialize\b|"
-            r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
-            r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
-            r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
-            r"^\s*(?:Exception|Error|panic|what\(\)):\s|\s(?:error|fatal error)(?: \w?\d+)?\s*:\s|"
-            r"\s-\s(?:ERROR|CRITICAL|FATAL)\s-\s|\|\s*(?:ERROR|CRITICAL)\s*\||\bexit status [1-9]|"
-            r"^\s*Exception in thread\b|\bCUDA Exception:|: (?:Error|ERROR)\b|"
-            r"\[(?:CRITICAL|critical|error)\]|^\s*CRITICAL\b|\bERR!|"
-            # a library or DLL that could not be found or loaded (Windows and Linux loaders, Python's ctypes)
-            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:locate|load|find|open)\b.{0,120}"
-            r"\.(?:dll|so|dylib)\b)|(?i:DLL load failed)|\[WinError \d+\]|"
-            r"[Tt]he specified (?:module|procedure) could not be found|"
-            # the dynamic loader gives up before main (Linux ld.so, macOS dyld)
-            r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
-            # a check that names what it expected and what it got ("expects arch to be one of [...], but got X")
-            r"\b[Ee]xpect(?:s|ed)\b.{1,160}\bbut (?:got|found|received|is|was)\b|"
-            # nvidia-smi and friends: the driver answers, but no GPU
-            r"\bNo (?:NVIDIA |CUDA )?(?:GPUs?|devices?) (?:were )?(?:found|detected)\b|"
-            r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"
-            # status codes of absl/XLA/TensorFlow and CUTLASS status strings ("Error Internal")
-            r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
-            r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
-            r"Workspace Null|Memory Allocation|Insufficient Driver|Invalid Data Type|Invalid Layout)\b|"
-            # ONNX Runtime's and similar "[E:lib:" prefixes; a non-zero status a runtime returned
-            r"\[[EF]:\w+:|Non-zero status code returned|"
-            # a wrong result rather than an exception: NaN/Inf or garbage where numbers or text were expected
-            r"(?i:\b(?:loss|grad_norm|outputs?|logits|results?|values?|images?|tensors?)\b.{0,30}"
-            r"\b(?:is|are|became|become|becomes|contains?|returns?|gives?|produces?)\s+(?:all\s+|only\s+)?"
-            r"(?:nan|nans|inf|garbage|gibberish|black|blank|zeros?)\b|\b(?:loss|grad_norm)\s*[=:]\s*nan\b|"
-            r"\bnans? (?:detected|encountered|found)\b|\binf or nan\b|\bnan or inf\b)|"
-            # a model that answers with one token over and over ("!!!!!!!!", "<unk><unk>..."): a wrong result
-            r"!{8,}|(?:<unk>\s*){4,}|(?:<pad>\s*){4,}|(?:\[PAD\]\s*){4,}|"
-            # logs in other languages: error, failed, exception, not supported
-            r"错误|失败|异常|不支持|報錯|错误码|エラー|失敗|例外|サポートされていません|오류|실패|지원되지 않|"
-            r"显存不足|内存不足|メモリ不足|메모리 부족|找不到|見つかりません|찾을 수 없|"
-            r"(?i:\bfehler\b|fehlgeschlagen|\berreur\b|\béchec\b|\ba échoué\b|\berro\b|\bfalhou\b|"
-            r"\bfall[oó]\b|\bfallido\b|\bошибка\b|\bсбой\b|не удалось|не поддерживается)"
-        ),
-    ),
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def strip_prefix(line: str) -> tuple[str, bool]:
-    """The message body of a log line, and whether it was logged below error level."""
+    """The message body of a log line, and whether it was logged below error level. Cached: a fatal line reads
+    the dozen lines before it again (structure.py), and each is asked from several places."""
     body, quiet = line, False
     for _ in range(4):
         before = body
