@@ -116,7 +116,13 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "resource-limit",
         re.compile(r"Reducing block sizes or .?num_stages.? may help|Required: \d+, Hardware limit: \d+"),
     ),
-    ("kernel-fault", re.compile(r"^=+\s+Access at 0x[\da-fA-F]+ is out of bounds|Fault is of type FAULT_\w+")),
+    (
+        "kernel-fault",
+        re.compile(
+            r"^=+\s+Access at 0x[\da-fA-F]+ is out of bounds|Fault is of type FAULT_\w+|"
+            r"\bat faulting (?:PC|address|instruction)\b"  # a debugger's report (cuda-gdb)
+        ),
+    ),
     (
         "environment",
         re.compile(
@@ -186,6 +192,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"insufficient (?:GPU )?memory|larger than the available KV cache|memory_limit|failed to allocate|"
             # PyTorch's allocator message as apps re-raise it (the rest of the message cut off)
             r"\bAllocation on device\b|would exceed allowed memory|_STATUS_ALLOC_FAILED\b|"
+            r"\bis reserved by PyTorch but unallocated\b|"
             r"显存不足|内存不足|メモリ不足|메모리 부족|недостаточно (?:видео)?памяти|"
             r"(?i:nicht genügend (?:GPU-)?speicher)",
         ),
@@ -273,10 +280,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:sm_\d+a? )?is not (?:in|among) the (?:supported|compiled) arch|"
             r"supports CUDA capabilities sm_|not supported by this [\w.-]+ (?:release|version|build)|"
             r"compiled without (?:GPU|CUDA) support|Could not find the [\w.-]+ CUDA binary|"
+            # the second half of a build-mismatch message alone ("... but your current GPU is 120"): the build's
+            # archs are in the half that is cut off
+            r"^\W*(?:but )?your (?:current )?(?:GPU|device|card)(?:'s)? (?:\w+ ){0,2}is (?:sm_?|SM ?)?\d{2,3}\b|"
             r"not in the list of (?:\w+ )?arch\w*|"
             r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
             r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
             r"\bno device code (?:compatible with|for)\b|"
+            # the remedy half of a build-mismatch message, its first half cut off ("Solution: Install the correct
+            # wheel package built for your GPU", "Please reinstall a build compiled for sm_120")
+            r"(?i:\b(?:re)?install\b.{0,60}\b(?:wheel|package|build|binar\w+)s?\b.{0,30}\b(?:built|compiled|made) for "
+            r"(?:your|this|the current|the) (?:GPU|device|card|arch\w*|compute capability))|"
             r"[Nn]o (?:compiled |prebuilt |CUDA |GPU )?(?:kernels?|code|SASS|binar(?:y|ies)) (?:compiled |built )?"
             r"for (?:sm|arch|comp|this|your)|"
             r"no longer supports this GPU|[Mm]inimum (?:and [Mm]aximum )?cuda capability supported by|"
@@ -518,7 +532,9 @@ _FRAME = re.compile(r'(?:^|\s)File "(?P<path>[^"]+)", line \d+')
 
 # Architecture tokens a line names (the GPU a path was written for, or the GPU itself).
 _ARCH = re.compile(
-    r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|\bcompute_(?P<cc>\d{2,3})[af]?\b|"
+    r"(?<![A-Za-z0-9])sm_?(?P<sm>\d{2,3}[af]?)(?![0-9])|\bSM ?(?P<SM>\d{2,3})[af]?\b|"
+    r"(?<![A-Za-z0-9_])sm ?[=:] ?(?P<smeq>\d{2,3}[af]?)(?![0-9.])|"  # a C++ engine's key=value dump: "sm=70"
+    r"\bcompute_(?P<cc>\d{2,3})[af]?\b|"
     r"(?-i:(?<=[a-z])Sm(?P<cam>\d{2,3})[af]?)(?![0-9])|"  # CamelCase kernel names: GemmSm100, FmhaSm90
     r"[Cc]apability\D{0,6}(?P<maj>\d{1,2})[.,] ?(?P<min>\d|x)\b|"
     r"(?P<cmp>[Cc]apability\s*(?:[<>]=?|==|!=|\u2265|\u2264)\s*\d{1,3}(?:\.\d)?)|"
@@ -527,7 +543,8 @@ _ARCH = re.compile(
     re.I,
 )
 _SM12X_TOKEN = re.compile(
-    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|(?-i:(?<=[a-z])Sm12[01])(?!\d)|"
+    r"(?<![0-9])sm_?12[01][af]?(?![0-9])|(?<![A-Za-z0-9_])sm ?[=:] ?12[01][af]?(?![0-9.])|"
+    r"\bSM ?12(?:[01]|\.[01])\b|compute_12[01]|(?-i:(?<=[a-z])Sm12[01])(?!\d)|"
     r"[Cc]apability\D{0,12}12[.,] ?[01]\b|\(12, ?[01]\)|"
     r"\b12\.[01]\+? arch|\b(?:GPU|device|capability:?|arch(?:itecture)?|cc|got) (?:is |= ?|: ?)?(?:sm_?)?12[01]\b|"
     r"\b(?:got|found|have|has|is) (?:compute capability |capability |cc ?|SM ?)?12\.[01]\b|"
@@ -641,7 +658,10 @@ _REFUSAL = re.compile(
 _MISSING = re.compile(
     r"\bmissing\b|not (?:compiled|built)\b|\bwithout\b|no (?:\w+ )?(?:image|binary|cubin|SASS)\b|"
     # a wheel or build for the GPU is what the message asks for
-    r"corresponding wheel|install (?:the|a) (?:\w+ ){0,2}(?:wheel|build) (?:for|according)"
+    r"corresponding wheel|install (?:the|a) (?:\w+ ){0,2}(?:wheel|build) (?:for|according)|"
+    # the remedy half of a build-mismatch message: install (or build) a wheel, package or build made for the GPU
+    r"(?i:\b(?:re)?(?:install|build|use)\b.{0,60}\b(?:wheel|package|build|binar\w+|version)s?\b.{0,30}"
+    r"\b(?:built|compiled|made) (?:for|with))"
 )
 
 
@@ -862,6 +882,8 @@ def _arch_name(m: re.Match[str]) -> str:
         return f"sm_{g['sm']}"
     if g.get("SM"):
         return f"SM{g['SM']}"
+    if g.get("smeq"):
+        return f"sm_{g['smeq']}"
     if g.get("cam"):
         return f"SM{g['cam']}"
     if g.get("cc"):

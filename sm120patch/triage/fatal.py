@@ -172,7 +172,12 @@ class FatalClass:
 
 # First match wins; order: most telling first.
 _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
-    ("traceback", "Python traceback", re.compile(r"^\s*(?:\w+\s+)?Traceback \(most recent call last\)")),
+    (
+        "traceback",
+        "Python traceback",
+        # also glued to the end of the line before it by a bad paste ("...failedTraceback (most recent ...")
+        re.compile(r"^\s*(?:\w+\s+)?Traceback \(most recent call last\)|(?<=[\w.)\]:])Traceback \(most recent call"),
+    ),
     (
         "error-trailer",
         "the tail of an error message",
@@ -200,6 +205,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 "已放弃",
                 "核心已转储",
                 "吐核",
+                "faulting",
+                "reserved by pytorch",
             ],
             re.compile(
                 r"^\s*During handling of the above exception|TORCHDYNAMO_VERBOSE=1 for the internal stack trace|"
@@ -210,7 +217,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 r"Required: \d+, Hardware limit: \d+|"
                 r"\b(?:is|are) (?:restricted|gated)\b.{0,80}\b(?:must|need to) (?:be authenticated|have access|log in)|"
                 r"\bYou must be authenticated to access\b|\btorchCheckFail\b|\bc10_cuda_check_implementation\b|"
-                r"^\s*Exception in (?:thread )?[\w.-]+:?\s*$|已放弃|核心已转储|吐核"
+                r"^\s*Exception in (?:thread )?[\w.-]+:?\s*$|已放弃|核心已转储|吐核|"
+                # a debugger's fault report (cuda-gdb), PyTorch's allocator tail under an out-of-memory error
+                r"\bat faulting (?:PC|address|instruction)\b|\bis reserved by PyTorch but unallocated\b"
             ),
         ),
     ),
@@ -218,7 +227,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
     (
         "gpu-driver-error",
         "GPU driver error",
-        re.compile(r"NVRM: .{0,200}(?i:\bfailed\b|\brequires\b|\bnot supported\b|\bunable\b|\berror\b)"),
+        re.compile(r"NVRM: .{0,200}(?i:\bfailed\b|\brequires\b|\bnot supported\b|\bunable\b|\berror\b|crash\w*)"),
     ),
     (
         "sanitizer-error",
@@ -304,6 +313,13 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             r"Unsupported (?:architecture|SM)\b|\bonly supported on\b|\brequires SM ?\d+|No kernel found|"
             r"not compatible with the current|\bnot supported (?:on|for|by) (?:SM ?|sm_?)?\d|\bcompilation failed\b|"
             r"\bcannot initialize\b|"
+            # a C++ engine's bare refusal on a line of its own ("not implemented: dtype=e2m1, sm=70",
+            # "unsupported quant type: fp4", "... is not supported")
+            r"^\W*(?:[Nn]ot (?:yet )?implemented|NOT IMPLEMENTED|[Uu]nsupported|UNSUPPORTED|[Nn]ot supported)\b"
+            r"\W{0,3}\S|"
+            r"\b(?:is|are) not (?:yet )?(?:supported|implemented)\W*$|\bnot (?:yet )?implemented\W*$|"
+            # the second half of a build-mismatch message, its first half cut off ("your current GPU is 120")
+            r"^\W*(?:but )?your (?:current )?(?:GPU|device|card)(?:'s)? (?:\w+ ){0,2}is (?:sm_?|SM ?)?\d{2,3}\b|"
             r"\bno (?:\w+ )?kernel for\b|failed with error\b|"
             r"\b(?:are|is) not (?:yet )?(?:supported|implemented|available) (?:on|for|by)\b|\bnot implemented for\b|"
             r"\bhas failed\b|\binitialization error\b|\bprobe routine failed\b|\bwere initialized\b|"
@@ -390,6 +406,26 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
                 r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
                 r"does not match the detected host platform"
+            ),
+        ),
+    ),
+    (
+        "remedy",
+        "the remedy half of an error message",
+        # what a failed check tells the user to do, its first half cut off: install a build for the GPU, a GPU of
+        # a capability, the same CUDA versions; the reason a request was refused (not xformers' per-operator
+        # reasons, "operator wasn't built": one of a list under the real refusal)
+        _Gated(
+            ["please", "make sure", "ensure", "you need", "you must", "reason", "cause"],
+            re.compile(
+                r"(?i:\b(?:please|make sure|ensure|you (?:need|must|should) (?:to )?)\b.{0,40}"
+                r"\b(?:re)?install\b.{0,120}"
+                r"\b(?:that supports?|which supports?|built for|compiled for|with (?:a |the )?(?:following|matching|"
+                r"compatible|same) CUDA)\b)|"
+                r"(?i:\b(?:please|make sure|ensure|you (?:need|must|should))\b.{0,80}"
+                r"(?:\bcompute capabilit\w* \d|\bsm_?\d{2,3}\b|\bcompute_\d{2,3}\b|\bthe same CUDA versions?\b))|"
+                r"^\W*(?:Reason|Cause)\s*:\s*\S.{0,200}\b"
+                r"(?:not (?:yet )?(?:supported|implemented|available|compatible)|unsupported|failed|invalid)\b"
             ),
         ),
     ),
@@ -516,11 +552,26 @@ def strip_prefix(line: str) -> tuple[str, bool]:
     return body, quiet
 
 
+# a fatal word glued to the end of the token before it by a bad paste ("dtype=e2m1Aborted", "...okSegmentation
+# fault (core dumped)"): it ends the line, so it is the shell's or the runtime's, not a name in code ("isAborted()")
+_GLUED = re.compile(
+    r"(?<=[a-z0-9)\]'\".,;:])(?=(?:Aborted|Killed|Segmentation fault|Illegal instruction|Bus error|"
+    r"Floating point exception)(?:\s*\(core dumped\))?\W*$|terminate called after throwing\b)"
+)
+_GLUED_WORDS = ("Aborted", "Killed", "Segmentation", "Illegal", "Bus error", "Floating", "terminate called")
+
+
+def unglue(body: str) -> str:
+    """The body with a space before a fatal word a bad paste glued to the token before it."""
+    return _GLUED.sub(" ", body) if any(w in body for w in _GLUED_WORDS) else body
+
+
 def classify(line: str) -> FatalClass | None:
     """The generic class of a line that says the run failed, or None for any other line."""
     body, quiet = strip_prefix(line)
     if quiet or not body.strip():
         return None
+    body = unglue(body)
     for cid, label, pattern in _CLASSES:
         m = pattern.search(body)
         if m:

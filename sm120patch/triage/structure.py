@@ -61,7 +61,7 @@ _PTX_ISA = re.compile(r"PTX ISA|\.version \d|PTX version")
 # it comes from a kernel library even when no library is named, so it is read as one
 KERNEL_OP = re.compile(
     r"\b(?:GEMMs?|[Gg]emm\w*|GEMV|[Gg]emv\w*|MoE|[Mm]oe_\w+|cubins?|CUTLASS|[Tt]actics?|NVFP4|MXFP4|FP4|FP8|"
-    r"nvfp4|mxfp4|fp4|fp8|[Gg]rouped[_ ][Gg]emm\w*|backends?)\b"
+    r"nvfp4|mxfp4|fp4|fp8|e2m1|e4m3|e5m2|mxfp6|mxfp8|[Gg]rouped[_ ][Gg]emm\w*|backends?)\b"
 )
 # a CUDA call in a kernel's own source (foo.cu:123) that returned "invalid argument": a launch the GPU refused,
 # on SM12x most often a shared-memory size above its 99 KB per block
@@ -70,7 +70,9 @@ _CU_INVALID_ARGUMENT = re.compile(
     r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b.{0,120}\.cuh?:\d+\b|"
     # a kernel launch the GPU refused with invalid argument (a launch's size or shared memory past what it has)
     r"\b(?:kernel launch|launch(?:ing)? (?:the |of )?(?:\w+ )?kernel|cuLaunchKernel\w*|cudaLaunchKernel\w*)\b.{0,120}"
-    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b",
+    r"\b(?:invalid argument|cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE)\b|"
+    # a bare CUDA error with nothing but the runtime's "invalid argument" (no call, no GPU shown): said thinly
+    r"\bCUDA[ _]?error\W{0,3}(?:\d+\W{0,3})?(?:invalid argument|cudaErrorInvalidValue)\W*$",
     re.I,
 )
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
@@ -129,7 +131,8 @@ class StructureWatcher:
 
     def fatal_line(self, line_no: int, line: str, context: Sequence[str]) -> None:
         """A fatal line no signature named: keep the first per class its words (or the lines before) show."""
-        got = triage_classes.classify_line(fatal.strip_prefix(line)[0])
+        body = fatal.unglue(fatal.strip_prefix(line)[0])  # "dtype=e2m1Aborted": the token before the fatal word
+        got = triage_classes.classify_line(body)
         if got is not None:
             if got[0] not in self._named:
                 thin = triage_classes.thin_cue(got[1])
@@ -139,7 +142,7 @@ class StructureWatcher:
             return
         self._bare = (line_no, line)
         self._bare_lead = list(context)[-1].strip() if context else ""
-        self._joined = (line_no, fatal.strip_prefix(line)[0].rstrip(), 1)
+        self._joined = (line_no, body.rstrip(), 1)
         if self._dispatch is None and _UNBOUND.search(line):
             code = [b for b in list(context)[-3:] if not b.lstrip().startswith(('File "', "Traceback"))]
             hit = next((m for b in reversed(code) for m in [triage_classes.ARCH_DISPATCH.search(b)] if m), None)

@@ -96,7 +96,11 @@ def test_a_kernel_operation_failing_on_another_gpu_stays_other() -> None:
 
 
 def test_invalid_argument_outside_a_kernel_source_is_not_a_resource_limit() -> None:
+    # seventh round: a bare "CUDA error: invalid argument" with no GPU shown is a thin resource limit ("maybe",
+    # never "yes"); with a call named outside a kernel's source it is not, and on another GPU it never is
     (f,) = _fatal("RuntimeError: CUDA error: invalid argument\n", [])
+    assert (f["class"], f["evidence"], f["sm12x"]) == ("resource-limit", "thin", "maybe")
+    (f,) = _fatal("RuntimeError: cudaMemcpyAsync(dst, src) failed: CUDA error: invalid argument (ptr was null)\n", [])
     assert f["class"] != "resource-limit"
     (f,) = _fatal("GPU 0: NVIDIA A100-SXM4-80GB\nRuntimeError: /src/op.cu:12 in launch: CUDA Error: invalid argument\n", [])
     assert f["class"] != "resource-limit" and f["sm12x"] == "no"
