@@ -481,6 +481,17 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 "torch_use_cuda_dsa",
                 "cuda_launch_blocking",
                 "exit",
+                "abort",
+                "crashed",
+                "err",
+                "<e>",
+                "(e)",
+                "ran into",
+                "encountered",
+                "mismatch",
+                "too new",
+                "newer than",
+                "not a supported",
             ],
             re.compile(
                 r"[\]|>]\s*(?:Error|ERROR|Fatal|FATAL)\s*(?:\[\w+\]\s*)?:\s*\S|"
@@ -520,7 +531,24 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 # the tail PyTorch puts under a CUDA error (the error line itself may be cut off above)
                 r"CUDA kernel errors might be asynchronously reported|"
                 r"TORCH_USE_CUDA_DSA\b.{0,30}device-side assertions|"
-                r"consider passing CUDA_LAUNCH_BLOCKING=1"
+                r"consider passing CUDA_LAUNCH_BLOCKING=1|"
+                # seventh round: a line that ends on the failure ("ggml_cuda_op: MUL_MAT failed", "Kernel
+                # crashed"), unless it counts none ("0 failed"); a run aborted; an error met
+                r"^(?!.*\b(?:[Rr]etry\w*|[Aa]ttempt \d|[Rr]equests? (?:was )?aborted|[Cc]ancel\w*|"
+                r"(?:0|no|No|zero|none) (?:\w+ ){0,2}(?:failed|aborted|crashed))\b)"
+                r".*\b(?:failed|FAILED|aborted|ABORTED|crashed|CRASHED)[.!]*\s*$|"
+                r"\b[Aa]borting(?: (?:execution|the run|now|run))?[.!]*\s*$|"
+                r"\b(?:[Bb]uild|[Cc]ompilation|[Rr]un|[Ee]xecution|[Jj]ob|[Tt]raining|[Ii]nference|[Ii]nit\w*|[Ll]oad\w*|"
+                r"[Ss]tartup|[Ll]aunch) (?:was )?aborted\b|"
+                r"\b(?:ran into|encountered|hit|threw|raised) an? (?:\w+ )?(?:error|exception)\b|"
+                # level tags other tools use ("ERR: ...", "<E> ...", "(E) ...")
+                r"^\s*(?:ERR|ERRO)[!:]\s?\S|^\s*(?:<[EF]>|\([EF]\))\s|"
+                # a GPU or arch the build or release does not know: too new for it, not a target it supports
+                r"(?i:\b(?:GPU|device|card|arch\w*|capabilit\w*|sm_?\d{2,3}|compute_\d{2,3})\b.{0,40}"
+                r"\b(?:is )?(?:too new|newer than (?:the )?(?:max\w*|highest|latest)))|"
+                r"(?i:\bnot an? (?:supported|valid|known) (?:target|arch\w*|GPU|device|SM)\b)|"
+                r"(?i:\bmismatch\w*\b.{0,60}\b(?:arch\w*|capabilit\w*|sm_?\d{2,3})\b|"
+                r"\b(?:arch\w*|capabilit\w*)\b.{0,30}\bmismatch)"
             ),
         ),
     ),
@@ -598,7 +626,9 @@ _TAIL_FAILURE = re.compile(
     r"\b(?:status|return(?:ed)?|return code|rc)\W{0,3}-?[1-9]\d*\b|\bsig(?:segv|abrt|kill|ill|bus|fpe)\b)"
 )
 _TAIL_OK = re.compile(
-    r"(?i:\b(?:0|no|zero|without) (?:errors?|failures?)\b|"
+    r"(?i:\b(?:0|no|zero|without|none) (?:\w+ ){0,2}(?:errors?|failures?|failed|crashed|aborted)\b|"
+    # a retry, a client that cancelled or aborted its own request: the server goes on
+    r"\bretry\w*\b|\battempt \d|\bcancel\w*|\babort(?:ed|ing)? requests?\b|\brequests? (?:was |were )?aborted\b|"
     r"\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
     r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b|\bretrying\b)"
 )

@@ -47,6 +47,20 @@ FAMILIES = [
     ("kernel-fault", "=> SASS at faulting PC:  LDG.E.128 R8, [R2.64]\n"),
     ("out-of-memory", "  and 3.02 GiB is reserved by PyTorch but unallocated.\n"),
     (None, "NVRM: GPU1 kgspHealthCheck_GA102: GSP-CrashCat report follows\n"),
+    # mid-log lines (not the last ones) that end on the failure, or use another tool's level tag
+    (None, "ggml_backend_op: ROPE failed\n" + "INFO waiting\n" * 4),
+    (None, "render worker crashed\n" + "INFO waiting\n" * 4),
+    (None, "build aborted: missing target list\n" + "INFO waiting\n" * 4),
+    (None, "No usable tile config. Aborting.\n" + "INFO waiting\n" * 4),
+    (None, "tensor core path ran into an error!\n" + "INFO waiting\n" * 4),
+    (None, "ERR: queue submit returned 4\n" + "INFO waiting\n" * 4),
+    (None, "<E> scheduler: no device\n" + "INFO waiting\n" * 4),
+    # a GPU or arch newer than the build or release knows
+    ("binary-lacks-arch", "the device arch sm_120 is too new for this release of the runtime\n" + "INFO waiting\n" * 4),
+    ("binary-lacks-arch", "device capability 12.0 is newer than the maximum supported 9.0\n" + "INFO waiting\n" * 4),
+    ("binary-lacks-arch", "Mismatch between the device arch and the binary (rebuild required)\n" + "INFO waiting\n" * 4),
+    ("arch-path-unsupported", "compute_120 is not a supported target for the fused path\n" + "INFO waiting\n" * 4),
+    ("arch-path-unsupported", "No available attention kernel for head_dim=256\n" + "INFO waiting\n" * 4),
 ]
 
 
@@ -106,6 +120,15 @@ HEALTHY = [
     "Supported dtypes: bf16, fp16, fp8 (e4m3)\n",
     "WARNING: fp8 kv cache is not supported on this GPU, using bf16 instead\n",
     "Reason for restart: config reload\n",
+    "Tests: 12 passed, 0 failed\n",
+    "Health check: no probes failed\nserving\n",
+    "retry 1 of 3: upload failed\nupload ok\n",
+    "user cancelled; request aborted\nserving\n",
+    "[2026-01-02 10:00:00 TP0] Abort request 8f3e\nserving\n",
+    "Loaded 3 adapters, 0 crashed\n",
+    "sampler: encountered an EOS token, stopping\nserving\n",
+    "Using SDPA since flash attention is too new for this torch version\n",
+    "This option is not a supported setting on Windows, ignoring\n",
 ]
 
 
