@@ -250,6 +250,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bno matching manifest for\b|exec user process caused|(?i:\bno such file or directory\b)"
         ),
     ),
+    # a compile or build that failed for a named arch: the compiler (or JIT) did not make code for it
+    (
+        "toolchain-lacks-arch",
+        re.compile(
+            r"(?i:\b(?:compil\w*|JIT|codegen|assembl\w*)\b.{0,20}\bfail\w*\b.{0,20}\b(?:for|on|targeting) "
+            r"(?:sm_?|compute_|arch\w* ?)\d{2,3}|\bfailed to (?:compile|build|assemble|jit)\b.{0,40}\bfor "
+            r"(?:sm_?|compute_)\d{2,3})"
+        ),
+    ),
     (
         "toolchain-lacks-arch",
         re.compile(
@@ -328,7 +337,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Ii]llegal (?:[Ii]nstruction|[Mm]emory [Aa]ccess|[Aa]ddress)|[Mm]isaligned\b.{0,30}address|"
             r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
             r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
-            r"CUDA_ERROR_LAUNCH_FAILED|device-side assert|\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
+            r"CUDA_ERROR_LAUNCH_FAILED|[Dd]evice-side assert|\b[Kk]ernel launch (?:failure|failed)\b|"
+            r"\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
             r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
             r"on (?:global|shared|local) address space|cudaErrorInvalidAddressSpace|Hardware (?:stack|exception)",

@@ -61,6 +61,11 @@ FAMILIES = [
     ("binary-lacks-arch", "Mismatch between the device arch and the binary (rebuild required)\n" + "INFO waiting\n" * 4),
     ("arch-path-unsupported", "compute_120 is not a supported target for the fused path\n" + "INFO waiting\n" * 4),
     ("arch-path-unsupported", "No available attention kernel for head_dim=256\n" + "INFO waiting\n" * 4),
+    # a compile that failed for a named arch; a kernel launch that failed; a device-side assertion, however cased
+    ("toolchain-lacks-arch", "[ERROR] [jit.py:40] kernel compile failed for sm_121\n"),
+    ("toolchain-lacks-arch", "failed to build plan for compute_120 (see log above)\n"),
+    ("kernel-fault", "[ERROR] CUDA kernel launch failure\n"),
+    ("kernel-fault", "Device-side assertion `row < rows' failed.\n"),
 ]
 
 
@@ -98,6 +103,11 @@ def test_a_refusal_naming_sm12x_says_so() -> None:
     assert (f["class"], f["sm12x"]) == ("arch-path-unsupported", "yes")
     found = _fatal("your current GPU is 120\n")
     assert {(f["class"], f["sm12x"]) for f in found} == {("binary-lacks-arch", "yes")}
+
+
+def test_a_compile_failed_for_another_arch_is_not_blamed_on_sm12x() -> None:
+    found = _fatal(A100 + "[ERROR] [jit.py:40] kernel compile failed for sm_80\n")
+    assert all(f["sm12x"] != "yes" for f in found), found
 
 
 def test_a_bare_invalid_argument_on_another_gpu_stays_other() -> None:
