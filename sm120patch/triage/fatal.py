@@ -484,8 +484,6 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 "abort",
                 "crashed",
                 "err",
-                "<e>",
-                "(e)",
                 "ran into",
                 "encountered",
                 "mismatch",
@@ -541,8 +539,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 r"\b(?:[Bb]uild|[Cc]ompilation|[Rr]un|[Ee]xecution|[Jj]ob|[Tt]raining|[Ii]nference|[Ii]nit\w*|[Ll]oad\w*|"
                 r"[Ss]tartup|[Ll]aunch) (?:was )?aborted\b|"
                 r"\b(?:ran into|encountered|hit|threw|raised) an? (?:\w+ )?(?:error|exception)\b|"
-                # level tags other tools use ("ERR: ...", "<E> ...", "(E) ...")
-                r"^\s*(?:ERR|ERRO)[!:]\s?\S|^\s*(?:<[EF]>|\([EF]\))\s|"
+                # level tags other tools use ("ERR: ...", "ERRO: ...")
+                r"^\s*(?:ERR|ERRO)[!:]\s?\S|"
                 # a GPU or arch the build or release does not know: too new for it, not a target it supports
                 r"(?i:\b(?:GPU|device|card|arch\w*|capabilit\w*|sm_?\d{2,3}|compute_\d{2,3})\b.{0,40}"
                 r"\b(?:is )?(?:too new|newer than (?:the )?(?:max\w*|highest|latest)))|"

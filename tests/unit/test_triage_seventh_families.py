@@ -54,7 +54,6 @@ FAMILIES = [
     (None, "No usable tile config. Aborting.\n" + "INFO waiting\n" * 4),
     (None, "tensor core path ran into an error!\n" + "INFO waiting\n" * 4),
     (None, "ERR: queue submit returned 4\n" + "INFO waiting\n" * 4),
-    (None, "<E> scheduler: no device\n" + "INFO waiting\n" * 4),
     # a GPU or arch newer than the build or release knows
     ("binary-lacks-arch", "the device arch sm_120 is too new for this release of the runtime\n" + "INFO waiting\n" * 4),
     ("binary-lacks-arch", "device capability 12.0 is newer than the maximum supported 9.0\n" + "INFO waiting\n" * 4),
