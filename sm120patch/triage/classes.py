@@ -247,6 +247,11 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
             r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
             r"does not match the detected host platform|is not a supported wheel on this platform|"
+            r"(?i:\bversion \S+ (?:is )?installed\b.{0,40}\bnot compatible with (?:the )?installed\b)|"
+            r"(?i:\bnot compatible with (?:the )?installed \S+ version\b)|"
+            r"(?i:\bno (?:\w+ ){0,2}(?:handler|kernel|implementation|op|operator|backend)s? "
+            r"(?:is |are )?registered\b)|"
+            r"(?i:\b(?:handler|kernel|implementation|op|operator) (?:\S+ )?(?:is |was )?not registered\b)|"
             r"\bno matching manifest for\b|exec user process caused|(?i:\bno such file or directory\b)"
         ),
     ),
@@ -318,6 +323,17 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bfor (?:compute capability|capability|arch\w*|sm_?\d|SM ?\d|this GPU)|"
             r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "
             r"(?:is )?(?:running|run|executing|launched) on",
+        ),
+    ),
+    # a kernel source file or directory of ANOTHER arch in the failing line (".../attention/hopper/prefill_sm90.cuh",
+    # "sm100_gemm.cu"): that arch's path was reached; it says more than the thin shared-memory reading of a refused
+    # attribute (invalid argument), so it comes first. The GPU the log shows still decides SM12x.
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"^(?=.*(?i:\binvalid (?:argument|value)\b|\bnot supported\b|\bunsupported\b)).*?"
+            r"(?i:[/\\](?:hopper|sm_?(?:90|100|103|110)[af]?)[/\\][\w/\\.-]*\.(?:cuh|cu|hpp|h|cc|cpp)\b|"
+            r"[/\\_](?:\w+_)?sm_?(?:90|100|103|110)[af]?(?:_\w+)?\.(?:cuh|cu|hpp)\b)"
         ),
     ),
     (

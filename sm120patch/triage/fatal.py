@@ -278,7 +278,10 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
         "process-died",
         "process died",
         re.compile(
-            r"Segmentation fault|core dumped|Fatal Python error|\bKilled\b|\bAborted\b|terminate called|"
+            r"Segmentation fault|core dumped|Fatal Python error|"
+            # not a cleanup's count ("Killed 0 zombie processes": SGLang's process-tree cleanup)
+            r"\bKilled\b(?! \d+ (?:zombie|orphan|stale|child|leftover))|"
+            r"\bAborted\b|terminate called|"
             r"Received sigquit from a child|exited (?:early )?with code (?!0\b)-?\d+|Signal: \w+ \(\d+\)|"
             r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
@@ -400,9 +403,17 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
         "loader or platform error",
         # a shared library built against another ABI, or a binary or image built for another CPU
         _Gated(
-            ["symbol", "glibc", "exec format", "cannot execute", "elf class", "host platform"],
+            ["symbol", "glibc", "exec format", "cannot execute", "elf class", "host platform"]
+            + ["compatible", "registered"],
             re.compile(
                 r"\bundefined symbol: \S|\bsymbol lookup error\b|"
+                # two installed components named incompatible ("X version A is installed, but it is not compatible
+                # with the installed Y version B"); a runtime with nothing registered for an op or a handler
+                r"(?i:\bversion \S+ (?:is )?installed\b.{0,40}\bnot compatible with (?:the )?installed\b)|"
+                r"(?i:\bnot compatible with (?:the )?installed \S+ version\b)|"
+                r"(?i:\bno (?:\w+ ){0,2}(?:handler|kernel|implementation|op|operator|backend)s? "
+                r"(?:is |are )?registered\b)|"
+                r"(?i:\b(?:handler|kernel|implementation|op|operator) (?:\S+ )?(?:is |was )?not registered\b)|"
                 r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
                 r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
                 r"does not match the detected host platform"
@@ -628,6 +639,8 @@ _TAIL_OK = re.compile(
     # a retry, a client that cancelled or aborted its own request: the server goes on
     r"\bretry\w*\b|\battempt \d|\bcancel\w*|\babort(?:ed|ing)? requests?\b|\brequests? (?:was |were )?aborted\b|"
     r"\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
+    # a cleanup's count ("Killed 0 zombie processes": SGLang's process-tree cleanup at shutdown)
+    r"\bkilled \d+ (?:zombie|orphan|stale|child|leftover)|"
     r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b|\bretrying\b)"
 )
 

@@ -131,6 +131,8 @@ KEYWORDS = (
     "import",
     "undefined",
     "symbol",
+    "registered",
+    "compatible with",
     "denied",
     "refused",
     "already in use",

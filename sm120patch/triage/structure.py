@@ -258,7 +258,10 @@ class StructureWatcher:
                 cue = f"a {lib} path naming {', '.join(archs)}"
             else:
                 gpu = "an SM12x GPU" if kind.gpu == "sm12x" else "a GPU the log does not name"
-                cue = f"a check in {lib} failed on {gpu}"
+                died = (fatal_class := fatal.classify(line)) is not None and fatal_class.id == "process-died"
+                # a process that died with no error text: nothing says a check failed, only where the log points
+                cue = f"the process died; the log points at {lib} on {gpu}" if died else ""
+                cue = cue or f"a check in {lib} failed on {gpu}"
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
             if self._bare is None:
                 pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
