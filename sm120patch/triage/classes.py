@@ -250,7 +250,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?i:\bversion \S+ (?:is )?installed\b.{0,40}\bnot compatible with (?:the )?installed\b)|"
             r"(?i:\bnot compatible with (?:the )?installed \S+ version\b)|"
             r"(?i:\bno (?:\w+ ){0,2}(?:handler|kernel|implementation|op|operator|backend)s? "
-            r"(?:is |are )?registered\b)|"
+            # (not "registered for device capability (12, 0)": that names the arch, an arch path below)
+            r"(?:is |are )?registered\b(?! for (?:the |this |your )?(?:device |GPU )?"
+            r"(?:capabilit|arch|sm|compute|GPU|device)))|"
             r"(?i:\b(?:handler|kernel|implementation|op|operator) (?:\S+ )?(?:is |was )?not registered\b)|"
             r"\bno matching manifest for\b|exec user process caused|(?i:\bno such file or directory\b)"
         ),
@@ -323,6 +325,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bfor (?:compute capability|capability|arch\w*|sm_?\d|SM ?\d|this GPU)|"
             r"(?:built|compiled) for (?:sm_?|SM ?|compute_)?\d{2,3}[af]?(?:\s*-\s*(?:sm_?|SM ?)?\d{2,3}[af]?)?,? but "
             r"(?:is )?(?:running|run|executing|launched) on",
+        ),
+    ),
+    # a search over kernel or tile configs that found none fitting ("mmq_x_best=0", "no usable tile config"): on a
+    # GPU whose limits differ (shared memory, SM12x's 99 KB) nothing fits; the lines before a bare abort show it
+    (
+        "resource-limit",
+        re.compile(
+            r"^\s*\w*_best\s*[=:]\s*0\s*$|"
+            r"(?i:\bno (?:usable|valid|suitable|fitting|feasible) (?:tile|kernel|launch|block|tactic)[ _-]?config\w*)"
         ),
     ),
     # a kernel source file or directory of ANOTHER arch in the failing line (".../attention/hopper/prefill_sm90.cuh",

@@ -4,7 +4,8 @@ mismatch that names two installed components as incompatible, and a runtime with
 (`No ... handler registered for ...`, `no kernel registered`, `... not registered`): both the environment, fatal;
 a kernel source file of ANOTHER arch in the failing line (`.../hopper/...cuh`, `..._sm90.cuh`) on an SM12x GPU:
 that arch's path was reached, which wins over the thin shared-memory reading of a refused attribute. The reverse:
-SGLang's `Killed N zombie processes` is cleanup, never a failure, and a process that died with no error text is
+a config search that found nothing fitting (`..._best=0`, `no feasible tile config`) before a bare abort: a
+resource limit, thinly. The reverse: SGLang's `Killed N zombie processes` is cleanup, never a failure, and a process that died with no error text is
 not told as "a check in <lib> failed". Lines written here by hand from the shapes those tools print (none is
 copied from a corpus case); the catalogue is off, so only fatal.py and the structure answer."""
 
@@ -30,6 +31,9 @@ FAMILIES = [
     ("environment", "RuntimeError: no kernel registered for op 'fused_rope' on backend CUDA\n"),
     ("environment", "E0101 12:00:00.000 42 dispatch.cc:88] No CUDA implementation registered for scatter_add\n"),
     ("environment", "operator mylib::gemm_fp4 not registered\n" + "INFO waiting\n" * 4),
+    # a config search that found nothing fitting, in the lines before a bare abort
+    ("resource-limit", "tile_n_best=0\n/src/kern/gemm_tiles.cuh:88: fatal error\n"),
+    ("resource-limit", "[gemm] no feasible tile config for M=4096 N=4096 K=512\nAborted (core dumped)\n"),
     # a kernel source file of another arch in the failing line, on an SM12x GPU
     (
         "arch-path-unsupported",
@@ -70,7 +74,7 @@ def test_another_archs_kernel_on_another_gpu_is_not_blamed_on_sm12x() -> None:
 
 
 def test_the_sm12x_arch_path_of_another_arch_says_so() -> None:
-    found = _fatal(FAMILIES[6][1])
+    found = _fatal(FAMILIES[8][1])
     assert ("arch-path-unsupported", "yes") in {(f["class"], f["sm12x"]) for f in found}, found
 
 
@@ -109,6 +113,7 @@ HEALTHY = [
     "Registered 12 handlers for custom ops\n",
     "INFO: kernel fused_rope registered for backend CUDA\n",
     "Killed 0 zombie processes\n",
+    "autotune: tile_n_best=0 (default kept)\nserving\n",
     "loading /src/include/kern/attention/hopper/prefill.cuh from cache\n",
 ]
 
