@@ -63,11 +63,13 @@ RECALL_TARGET = 0.90
 # asserted. It was then opened for development (eighth round): the family of its silent log (a version mismatch
 # between two installed components, a runtime with nothing registered for an op) was fixed by a general change,
 # so it is held to the targets like the other opened parts and its strict xfail is gone.
-# Held-out 8 (heldout-n*/-o*.toml) is the one-shot set: collected blind, scored once by the integrator.
+# Held-out 8 (heldout-n*/-o*.toml) was scored once, 2026-12-01 15:07 UTC, on the merged tree (fd4d68f): 18/20
+# SM12x right (90.0%), 0 false alarms, 1 silent (docs/crashed.md keeps those figures). The met targets stay
+# asserted; the silent log is a strict xfail (a later general change that fixes it makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT8_FLOOR = ISSUE_23_HELDOUT_TARGET  # until the one-shot score is written down
-HELDOUT8_FALSE_ALARMS: frozenset[str] = frozenset()
-HELDOUT8_SILENT: frozenset[str] = frozenset()
+HELDOUT8_FLOOR = ISSUE_23_HELDOUT_TARGET  # met: 18/20
+HELDOUT8_FALSE_ALARMS: frozenset[str] = frozenset()  # met: none
+HELDOUT8_SILENT: frozenset[str] = frozenset(["tensorflow-60254-1050ti-wsl2-libdevice-not-found"])
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
