@@ -267,6 +267,16 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        # the toolchain is not there at all (no ptxas/nvjitlink where the JIT looks): a missing component, before
+        # the toolchain class below reads its name as a compiler that does not know the arch
+        "environment",
+        re.compile(
+            r"No PTX compilation provider|\b[Nn]either ptxas\S* nor\b|"
+            r"\bptxas\S* (?:was |is )?(?:not found|could not be found|not available)\b|"
+            r"(?i:\b(?:could not|couldn't|cannot|can't|unable to|failed to) (?:find|locate) (?:the )?ptxas\b)",
+        ),
+    ),
+    (
         "toolchain-lacks-arch",
         re.compile(
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
@@ -278,7 +288,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion|CompilationError|"
             r"[Ii]nvalid (?:target|arch)|arch(?:itecture)? \S+ is not supported by (?:the )?(?:compiler|nvcc)|"
             r"CUTE_DSL_ARCH|cute[_ ]dsl.{0,40}arch|is not a recognized processor|[Cc]ompilation failed|"
-            r"No PTX compilation provider|nvJitLink|NVJITLINK_ERROR|PTX codegen error|"
+            r"nvJitLink|NVJITLINK_ERROR|PTX codegen error|"
             r"[Uu]nknown (?:target|processor)\W{0,3}(?:sm_?\d|compute_\d)|\bNvvm\w*Error\b|\bNVVM_ERROR\w*|libnvvm|"
             r"PassManager::run failed",
         ),
@@ -364,7 +374,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Ii]llegal (?:[Ii]nstruction|[Mm]emory [Aa]ccess|[Aa]ddress)|[Mm]isaligned\b.{0,30}address|"
             r"unspecified launch failure|Invalid __(?:global|shared|local)__ (?:read|write)|"
             r"STATUS_EXECUTION_FAILED|cudaErrorIllegal\w+|cudaErrorLaunchFailure|cudaErrorMisalignedAddress|CUDA_ERROR_ILLEGAL_\w+|"
-            r"CUDA_ERROR_LAUNCH_FAILED|[Dd]evice-side assert|\b[Kk]ernel launch (?:failure|failed)\b|"
+            r"CUDA_ERROR_LAUNCH_FAILED|CUDA_ERROR_(?:MISALIGNED_ADDRESS|LAUNCH_TIMEOUT|ASSERT|HARDWARE_STACK_ERROR|INVALID_PC|"
+            r"INVALID_ADDRESS_SPACE|ILLEGAL_INSTRUCTION)\b|cudaError(?:HardwareStackError|InvalidPc)\b|"
+            r"[Dd]evice-side assert|\b[Kk]ernel launch (?:failure|failed)\b|"
             r"\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
             r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
@@ -458,6 +470,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"GLIBC|Permission denied|PermissionError|Address already in use|Connection refused|"
             r"\b40[13]\b|[Tt]okenizer|AttributeError: module|has no attribute|incompatible with|"
             r"not found in|Could not find|pip install|No CUDA GPUs are available|"
+            # a file or component a module needs, not where it was looked for ("libdevice not found at ./x.bc")
+            r"\bnot found at [./~\w$]|\b(?:is|are) required by\b.{0,100}\bbut (?:was|were) not found\b|"
             r"Found no NVIDIA driver|ValueError: .{0,60}(?:model|config|argument)|is not a valid|"
             r"communicate with the NVIDIA driver|NVIDIA driver.{0,40}(?:not|isn't) (?:loaded|running|installed)|"
             r"probe routine failed|None of the NVIDIA devices|nvidia-container-cli|libnvidia-ml|NVML|"

@@ -343,7 +343,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             r"is_available\(\)\W{0,4}(?:returned |returns |is |==\s*)?False|CUDA available:? False|"
             # status codes of absl/XLA/TensorFlow and CUTLASS status strings ("Error Internal")
             r"^\s*(?:INTERNAL|UNIMPLEMENTED|FAILED_PRECONDITION|INVALID_ARGUMENT|RESOURCE_EXHAUSTED|ABORTED|"
-            r"UNKNOWN|DATA_LOSS): |\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
+            r"UNKNOWN|DATA_LOSS|NOT_FOUND|UNAVAILABLE|OUT_OF_RANGE|PERMISSION_DENIED|DEADLINE_EXCEEDED): |"
+            r"\bError (?:Internal|Not Supported|Invalid Problem|Misaligned Operand|"
             r"Workspace Null|Memory Allocation|Insufficient Driver|Invalid Data Type|Invalid Layout)\b|"
             # ONNX Runtime's and similar "[E:lib:" prefixes; a non-zero status a runtime returned
             r"\[[EF]:\w+:|Non-zero status code returned|"
@@ -603,10 +604,53 @@ def unglue(body: str) -> str:
     return _GLUED.sub(" ", body) if any(w in body for w in _GLUED_WORDS) else body
 
 
+# Failures that runtimes log at warning level (or with no level): an op that failed with an absl/gRPC status code
+# (TensorFlow's "W ... OP_REQUIRES failed at x.cc:N : INTERNAL: ..."), a component a module needs that was not found.
+# A retry or a fallback on the same line stays a warning.
+ABSL_CODES = (
+    "INTERNAL",
+    "UNIMPLEMENTED",
+    "FAILED_PRECONDITION",
+    "INVALID_ARGUMENT",
+    "RESOURCE_EXHAUSTED",
+    "NOT_FOUND",
+    "UNAVAILABLE",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "DATA_LOSS",
+    "PERMISSION_DENIED",
+    "UNAUTHENTICATED",
+    "DEADLINE_EXCEEDED",
+    "UNKNOWN",
+)
+_WARNED_FAILURE = _Gated(
+    ["op_requires", "required by", "failed with", "intercepted", "available", *(c.lower() + ":" for c in ABSL_CODES)],
+    re.compile(
+        r"^(?!.*(?i:\bretry(?:ing)?\b|\bretries\b|\bwill (?:retry|fall back|use)\b|\bfall(?:s|ing) ?back\b|"
+        r"\busing [^.;]{1,60} instead\b|\busing (?:the )?defaults?\b|\bskipping\b|\bignoring\b)).*?(?:"
+        # a call that failed with a status ("'cuModuleLoadData(&module, data)' failed with 'CUDA_ERROR_...'"),
+        # an error a runtime intercepted and logged before giving up
+        r"(?:^|['`])\w+\([^)]{0,200}\)['`]? failed with\b|\bIntercepted \w+ (?:runtime )?error\b|"
+        # a component the runtime needs is not there at all ("No PTX compilation provider is available")
+        r"\bNo [\w ]{0,30}provider (?:is )?available\b|\b[Nn]either \S+ nor \S+ (?:is|are) available\b|"
+        r"\bOP_REQUIRES failed at\b|"
+        r"(?i:\b(?:is|are) required by\b.{0,100}\bbut (?:was|were|is|are|could) not (?:be )?found\b)|"
+        r"(?:^|[\s:(\[=])(?:" + "|".join(ABSL_CODES) + r"): \S)"
+    ),
+)
+
+
+_INFO_LEVEL = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:INFO|DEBUG)\b|^\s*[ID]\d{4} |^\s*\d{4}-\d\d-\d\d [\d:.]+: [ID] ")
+
+
 def classify(line: str) -> FatalClass | None:
     """The generic class of a line that says the run failed, or None for any other line."""
     body, quiet = strip_prefix(line)
-    if quiet or not body.strip():
+    if not body.strip():
+        return None
+    if quiet:
+        if not _INFO_LEVEL.match(line) and _WARNED_FAILURE.search(body):
+            return FatalClass("warned-failure", "failure logged at warning level")
         return None
     body = unglue(body)
     for cid, label, pattern in _CLASSES:

@@ -75,6 +75,14 @@ _CU_INVALID_ARGUMENT = re.compile(
     r"\bCUDA[ _]?error\W{0,3}(?:\d+\W{0,3})?(?:invalid argument|cudaErrorInvalidValue)\W*$",
     re.I,
 )
+# an API server's tail after its engine, scheduler or worker process died: the cause is in that process's own
+# lines, which the log does not hold; the answer says where to look instead of guessing a class
+_ENGINE_DEAD = re.compile(
+    r"\bEngineDeadError\b|\bEngineCore\w* encountered an (?:issue|error)\b|"
+    r"\b(?:engine|engine core|scheduler|worker|detokenizer|model runner)(?: process)? (?:has )?"
+    r"(?:died|is dead|exited unexpectedly|crashed)\b",
+    re.I,
+)
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
@@ -253,7 +261,12 @@ class StructureWatcher:
                 cls = "resource-limit"
                 cue = "a CUDA call in a kernel's source returned invalid argument (on SM12x most often shared memory)"
             elif cls == "other":
-                cue = ""
+                cue = (
+                    "an engine or worker process that died; its own error lines, which hold the cause, are not in "
+                    "the log (look above the server's traceback, or in that process's output)"
+                    if _ENGINE_DEAD.search(body)
+                    else ""
+                )
             elif archs:
                 cue = f"a {lib} path naming {', '.join(archs)}"
             else:
