@@ -69,13 +69,14 @@ RECALL_TARGET = 0.90
 # development (ninth round): the family of its silent log (an op that failed with an absl status code, logged at
 # TensorFlow's W level) was fixed by a general change, so it is held to the targets like the other opened parts and
 # its strict xfail is gone.
-# Held-out 9 (heldout-p*/-q*.toml) is collected blind and scored once by the integrator: until its one-shot score
-# is written down its floor is the target and no case is a known miss; then only ever the measured figures, the
-# misses as strict xfails.
+# Held-out 9 (heldout-p*/-q*.toml) was scored once, 2026-12-01 15:21 UTC, on the merged tree (9566f62): 6/9 SM12x
+# right (66.7%), 1 false alarm, 0 silent (docs/crashed.md keeps those figures; the tree before the ninth round,
+# 69cb398, scored the same). "0 silent" is met and asserted; the floor is the measured share and the false alarm a
+# strict xfail (a later general change that fixes it makes the test say so).
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT9_FLOOR = ISSUE_23_HELDOUT_TARGET
-HELDOUT9_FALSE_ALARMS: frozenset[str] = frozenset()
-HELDOUT9_SILENT: frozenset[str] = frozenset()
+HELDOUT9_FLOOR = 6 / 9  # measured: 6/9, short of the target
+HELDOUT9_FALSE_ALARMS: frozenset[str] = frozenset(["llamacpp-18382-rtx5070-host-illegal-instruction-at-startup"])
+HELDOUT9_SILENT: frozenset[str] = frozenset()  # met: none
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
