@@ -244,6 +244,11 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "environment",
         re.compile(
             r"\bundefined symbol: \S|\bsymbol lookup error\b|"
+            # the shell's (or faulthandler's) report of a HOST SIGILL: the CPU refused an instruction (a binary
+            # built for another x86 level, AVX-512, ...); CUDA's own texts say "illegal instruction was encountered",
+            # CUDA_ERROR_ILLEGAL_INSTRUCTION or cudaErrorIllegalInstruction, and stay kernel faults below
+            r"^(?!.*(?i:cuda|kernel|encountered|warp|\bgpu\b|device|illegal_instruction|illegalinstruction))"
+            r".*?(?<![A-Za-z])(?:Illegal instruction|illegal hardware instruction|\bSIGILL\b)|"
             r"\bversion [`'\u2018]?\w*GLIBC\w*[_\d.]*['\u2019]? not found|"
             r"(?i:\bexec format error\b)|cannot execute binary file|\bwrong ELF class\b|"
             r"does not match the detected host platform|is not a supported wheel on this platform|"
@@ -255,6 +260,15 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:capabilit|arch|sm|compute|GPU|device)))|"
             r"(?i:\b(?:handler|kernel|implementation|op|operator) (?:\S+ )?(?:is |was )?not registered\b)|"
             r"\bno matching manifest for\b|exec user process caused|(?i:\bno such file or directory\b)"
+        ),
+    ),
+    # a build step that failed on a kernel source of ANOTHER arch ("Kernel compilation failed for
+    # csrc/attn_sm90.cu: nvcc error"): that arch's kernel was put in a build for this GPU (said thinly)
+    (
+        "arch-path-unsupported",
+        re.compile(
+            r"(?i:\b(?:compil\w*|build\w*)\b.{0,20}\bfail\w*\b.{0,12}\bfor \S*?(?:[/\\_]sm_?(?:90|100|103|110)[af]?"
+            r"(?![0-9])|hopper)\S*?\.(?:cuh?|cpp|cc)\b)"
         ),
     ),
     # a compile or build that failed for a named arch: the compiler (or JIT) did not make code for it
@@ -282,6 +296,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
             r"[Uu]nsupported (?:CUDA )?gpu architecture|"
             r"[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?(?: [Nn]ame)?\W{0,3}(?:sm_?\d|compute_\d|\d)|"
+            # any CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm, fatbinary, nvlink) refusing an arch value it does not know
+            r"\b[Vv]alue '[^']{1,40}' is not defined for option '-{0,2}(?:gpu-architecture|gpu-name|gpu-code|arch)'|"
             r"PTXASError|--gpu-architecture|\bgpu[-_]arch\w*\b.{0,40}(?:invalid|unsupported|unknown|not)|"
             r"does not support (?:it|(?:CUDA )?arch\w*|compute_\d+|sm_\d+)\b.{0,20}(?:nvcc|compiler)?|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"

@@ -283,7 +283,9 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             r"\bKilled\b(?! \d+ (?:zombie|orphan|stale|child|leftover))|"
             r"\bAborted\b|terminate called|"
             r"Received sigquit from a child|exited (?:early )?with code (?!0\b)-?\d+|Signal: \w+ \(\d+\)|"
-            r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|did not run successfully|"
+            r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|"
+            # the shell's report of a child killed by a signal ("./run.sh: line 3: 1234 Illegal instruction  ./app")
+            r"\bline \d+: +\d+ +(?:Illegal instruction|Segmentation fault|Aborted|Bus error|Killed)\b|did not run successfully|"
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
             r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"

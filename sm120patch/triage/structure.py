@@ -79,6 +79,9 @@ _CU_INVALID_ARGUMENT = re.compile(
 # lines, which the log does not hold; the answer says where to look instead of guessing a class
 _ENGINE_DEAD = re.compile(
     r"\bEngineDeadError\b|\bEngineCore\w* encountered an (?:issue|error)\b|"
+    # the same at startup: "Engine core initialization failed. See root cause above", a worker failed to start
+    r"\b[Ee]ngine (?:core )?initiali[sz]ation failed\b|\bFailed core proc|"
+    r"\b(?:worker|engine|process)e?s? (?:\w+ )?failed (?:during|at|on) (?:startup|start-up|initiali[sz]ation)\b|"
     r"\b(?:engine|engine core|scheduler|worker|detokenizer|model runner)(?: process)? (?:has )?"
     r"(?:died|is dead|exited unexpectedly|crashed)\b",
     re.I,
@@ -262,7 +265,7 @@ class StructureWatcher:
                 cue = "a CUDA call in a kernel's source returned invalid argument (on SM12x most often shared memory)"
             elif cls == "other":
                 cue = (
-                    "an engine or worker process that died; its own error lines, which hold the cause, are not in "
+                    "an engine or worker process that died (at startup or later); its own error lines, which hold the cause, are not in "
                     "the log (look above the server's traceback, or in that process's output)"
                     if _ENGINE_DEAD.search(body)
                     else ""

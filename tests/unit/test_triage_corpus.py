@@ -73,9 +73,14 @@ RECALL_TARGET = 0.90
 # right (66.7%), 1 false alarm, 0 silent (docs/crashed.md keeps those figures; the tree before the ninth round,
 # 69cb398, scored the same). "0 silent" is met and asserted; the floor is the measured share and the false alarm a
 # strict xfail (a later general change that fixes it makes the test say so).
+# It was then opened for development (tenth round, no new blind set: in-sample from here on): the family of its
+# false alarm (the shell's report of a host SIGILL, `Illegal instruction`, read as a CUDA kernel fault) and of one
+# SM12x miss (`Value 'sm_120' is not defined for option 'gpu-architecture'` from any CUDA tool) were fixed by
+# general changes: 7/9, 0 false alarms, 0 silent after them. 7/9 (77.8%) is still short of the 80% target, so its
+# floor is the in-sample figure (the one-shot 6/9 stays in docs/crashed.md) and it is not held to the target yet.
 ISSUE_23_HELDOUT_TARGET = 0.80
-HELDOUT9_FLOOR = 6 / 9  # measured: 6/9, short of the target
-HELDOUT9_FALSE_ALARMS: frozenset[str] = frozenset(["llamacpp-18382-rtx5070-host-illegal-instruction-at-startup"])
+HELDOUT9_FLOOR = 7 / 9  # one-shot: 6/9; opened, in-sample after the tenth round: 7/9, short of the target
+HELDOUT9_FALSE_ALARMS: frozenset[str] = frozenset()  # one-shot: 1 (a host SIGILL); fixed in the tenth round
 HELDOUT9_SILENT: frozenset[str] = frozenset()  # met: none
 PART_TARGETS = {
     "dev": 0.90,
@@ -87,7 +92,7 @@ PART_TARGETS = {
     "held-out-6": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score (2 silent: missed)
     "held-out-7": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score (1 silent: missed)
     "held-out-8": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score (1 silent: missed)
-    "held-out-9": HELDOUT9_FLOOR,  # the one-shot set
+    "held-out-9": HELDOUT9_FLOOR,  # opened after its one-shot score (6/9, 1 false alarm); 7/9 in-sample
 }
 # A log with no failure in it (the case's own note: a warning in a healthy startup log): exit 0 with
 # "no fatal lines" is diagnose's documented answer for it, and a healthy log with scary warnings must stay
@@ -207,9 +212,10 @@ def test_each_part_meets_issue_23_targets(part: str, outcomes: dict[str, Outcome
 
 
 def test_heldout_floors_are_the_targets_or_say_so() -> None:
-    """Kept honest: the opened held-out parts (1 to 8) are held to the targets; held-out 9's floor is the
-    target until its one-shot score is written down, and then only ever the measured score (below the target,
-    never above what was measured), with the misses as strict xfails."""
+    """Kept honest: the opened held-out parts (1 to 8) are held to the targets; no part is a one-shot set any
+    more. Held-out 9, opened in the tenth round, is still short of the SM12x target (7/9 in-sample): its floor is
+    that measured figure (below the target, never above what was measured), and its 0 false alarms and 0 silent
+    are asserted like every other part's."""
     opened = ("held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7")
     opened += ("held-out-8",)
     assert all(PART_TARGETS[p] == ISSUE_23_HELDOUT_TARGET for p in opened)
