@@ -296,8 +296,9 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bptxas\b|\bnvcc\b|\bNVRTC\w*|\bnvrtc\w*|LLVM ERROR|is not a recognized processor|"
             r"[Uu]nsupported (?:CUDA )?gpu architecture|"
             r"[Uu]nknown (?:CUDA |GPU )?[Aa]rch(?:itecture)?(?: [Nn]ame)?\W{0,3}(?:sm_?\d|compute_\d|\d)|"
-            # any CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm, fatbinary, nvlink) refusing an arch value it does not know
-            r"\b[Vv]alue '[^']{1,40}' is not defined for option '-{0,2}(?:gpu-architecture|gpu-name|gpu-code|arch)'|"
+            # any CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm, fatbinary, nvlink) refusing an arch it does not know
+            r"\b[Vv]alue '[^']{1,40}' is not defined for option "
+            r"'-{0,2}(?:gpu-architecture|gpu-name|gpu-code|arch)'|"
             r"PTXASError|--gpu-architecture|\bgpu[-_]arch\w*\b.{0,40}(?:invalid|unsupported|unknown|not)|"
             r"does not support (?:it|(?:CUDA )?arch\w*|compute_\d+|sm_\d+)\b.{0,20}(?:nvcc|compiler)?|"
             r"[Uu]nsupported \.version|unsupported toolchain|PTX (?:was compiled|version)|gpu-name|"

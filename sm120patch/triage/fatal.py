@@ -248,7 +248,11 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
     (
         "compiler-error",
         "compiler error (ptxas/nvcc/LLVM)",
-        re.compile(r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b"),
+        re.compile(
+            r"\bptxas\b.*\b(?:error|fatal)\b|\bnvcc fatal\b|ptxas fatal|\bLLVM ERROR\b|"
+            # any CUDA tool's refusal of an arch it does not know, with or without the tool's name before it
+            r"\b[Vv]alue '[^']{1,40}' is not defined for option '-{0,2}(?:gpu-architecture|gpu-name|gpu-code|arch)'"
+        ),
     ),
     (
         "assertion",
@@ -285,7 +289,8 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             r"Received sigquit from a child|exited (?:early )?with code (?!0\b)-?\d+|Signal: \w+ \(\d+\)|"
             r"\bBus error\b|Floating point exception|^\s*Illegal instruction\b|"
             # the shell's report of a child killed by a signal ("./run.sh: line 3: 1234 Illegal instruction  ./app")
-            r"\bline \d+: +\d+ +(?:Illegal instruction|Segmentation fault|Aborted|Bus error|Killed)\b|did not run successfully|"
+            r"\bline \d+: +\d+ +(?:Illegal instruction|Segmentation fault|Aborted|Bus error|Killed)\b|"
+            r"did not run successfully|"
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
             r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"

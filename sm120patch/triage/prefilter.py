@@ -53,6 +53,7 @@ KEYWORDS = (
     "nccl",
     "gloo",
     "ptxas",
+    "defined for option",
     "nvcc",
     "nvrtc",
     "llvm",

@@ -265,8 +265,8 @@ class StructureWatcher:
                 cue = "a CUDA call in a kernel's source returned invalid argument (on SM12x most often shared memory)"
             elif cls == "other":
                 cue = (
-                    "an engine or worker process that died (at startup or later); its own error lines, which hold the cause, are not in "
-                    "the log (look above the server's traceback, or in that process's output)"
+                    "an engine or worker process that died (at startup or later); its own error lines, which hold "
+                    "the cause, are not in the log (look above the server's traceback, or in that process's output)"
                     if _ENGINE_DEAD.search(body)
                     else ""
                 )
