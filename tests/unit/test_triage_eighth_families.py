@@ -15,6 +15,7 @@ import pytest
 
 from sm120patch.triage import fatal
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps, fatal_findings
 
 RTX5090 = "Using device 0: NVIDIA GeForce RTX 5090\n"
 H100 = "Using device 0: NVIDIA H100 80GB HBM3\n"
@@ -44,37 +45,30 @@ FAMILIES = [
 ]
 
 
-def _fatal(log: str) -> list[dict]:
-    d = diagnose(log.splitlines(keepends=True), [], None, signatures=[]).to_dict()
-    assert d["exit_code"] == 1, f"not answered as a failure: {log!r} -> {d}"
-    return [f for f in d["findings"] if f["fatal"]]
-
-
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_an_eighth_round_family_is_never_silent_and_shows_its_class(cls: str | None, log: str) -> None:
-    found = _fatal(log)
+    found = fatal_findings(log)
     if cls is not None:
         assert cls in {f["class"] for f in found}, (log, found)
 
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_eighth_round_family(cls: str | None, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_an_environment_mismatch_is_never_blamed_on_sm12x() -> None:
     for log in (RTX5090 + "No FFI handler registered for my_custom_op_ffi\n", FAMILIES[0][1]):
-        assert all(f["sm12x"] != "yes" for f in _fatal(log)), log
+        assert all(f["sm12x"] != "yes" for f in fatal_findings(log)), log
 
 
 def test_another_archs_kernel_on_another_gpu_is_not_blamed_on_sm12x() -> None:
     log = H100 + "CUDA error: invalid argument at /build/csrc/gemm/fp8_gemm_sm100.cu:220\n"
-    assert all(f["sm12x"] != "yes" for f in _fatal(log))
+    assert all(f["sm12x"] != "yes" for f in fatal_findings(log))
 
 
 def test_the_sm12x_arch_path_of_another_arch_says_so() -> None:
-    found = _fatal(FAMILIES[8][1])
+    found = fatal_findings(FAMILIES[8][1])
     assert ("arch-path-unsupported", "yes") in {(f["class"], f["sm12x"]) for f in found}, found
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from sm120patch.triage.classes import classify_line, library_in
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps
 
 # (class the structure must give; the log)
 FAMILIES = [
@@ -74,8 +75,7 @@ def test_a_fifth_round_family_is_never_silent_and_shows_its_class(cls: str, log:
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_fifth_round_family(cls: str, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 NONE_IN_CUTE = 'File "/env/site-packages/mykern/epilogue.py", line 90, in store\n    cpasync.make_tiled_copy(op)\nAttributeError: \'NoneType\' object has no attribute \'layout\'\n'

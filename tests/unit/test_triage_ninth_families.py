@@ -15,6 +15,7 @@ import pytest
 
 from sm120patch.triage import fatal
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps, fatal_findings
 
 RTX5090 = "Using device 0: NVIDIA GeForce RTX 5090\n"
 H100 = "Using device 0: NVIDIA H100 80GB HBM3\n"
@@ -65,23 +66,16 @@ FAMILIES = [
 ]
 
 
-def _fatal(log: str) -> list[dict]:
-    d = diagnose(log.splitlines(keepends=True), [], None, signatures=[]).to_dict()
-    assert d["exit_code"] == 1, f"not answered as a failure: {log!r} -> {d}"
-    return [f for f in d["findings"] if f["fatal"]]
-
-
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_a_ninth_round_family_is_never_silent_and_shows_its_class(cls: str | None, log: str) -> None:
-    found = _fatal(log)
+    found = fatal_findings(log)
     if cls is not None:
         assert cls in {f["class"] for f in found}, (log, found)
 
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_ninth_round_family(cls: str | None, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_a_warned_op_failure_is_its_own_generic_class() -> None:
@@ -90,16 +84,16 @@ def test_a_warned_op_failure_is_its_own_generic_class() -> None:
 
 
 def test_a_driver_error_name_is_sm12x_only_on_an_sm12x_gpu() -> None:
-    on_5090 = _fatal(RTX5090 + "CUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
+    on_5090 = fatal_findings(RTX5090 + "CUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
     assert {("kernel-fault", "yes"), ("kernel-fault", "maybe")} & {(f["class"], f["sm12x"]) for f in on_5090}, on_5090
-    named = _fatal("RTX 5090, sm_120\nCUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
+    named = fatal_findings("RTX 5090, sm_120\nCUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
     assert ("kernel-fault", "yes") in {(f["class"], f["sm12x"]) for f in named}, named
-    on_h100 = _fatal(H100 + "CUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
+    on_h100 = fatal_findings(H100 + "CUDA_ERROR_MISALIGNED_ADDRESS (716) in batch 0\n")
     assert all(f["sm12x"] != "yes" for f in on_h100), on_h100
 
 
 def test_a_missing_toolchain_on_sm12x_is_not_blamed_on_the_arch() -> None:
-    found = _fatal(RTX5090 + FAMILIES[18][1])
+    found = fatal_findings(RTX5090 + FAMILIES[18][1])
     assert all(f["sm12x"] != "yes" for f in found), found
 
 
@@ -109,7 +103,7 @@ def test_an_engine_dead_tail_says_where_the_cause_is_and_blames_nothing() -> Non
         '(APIServer pid=1) ERROR 01-02 10:00:00 [serving.py:1]   File "/x/vllm/v1/engine/core_client.py", line 9, in get\n'
         "(APIServer pid=1) ERROR 01-02 10:00:00 [serving.py:1] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
     )
-    found = _fatal(log)
+    found = fatal_findings(log)
     assert all(f["sm12x"] != "yes" for f in found), found
     assert any("engine or worker process that died" in f["details"].get("cue", "") for f in found), found
 

@@ -16,6 +16,7 @@ import pytest
 
 from sm120patch.triage import fatal
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps, fatal_findings
 
 RTX5070 = "Using device 0: NVIDIA GeForce RTX 5070\n"
 A100 = "Using device 0: NVIDIA A100-SXM4-40GB\n"
@@ -68,23 +69,16 @@ FAMILIES = [
 ]
 
 
-def _fatal(log: str) -> list[dict]:
-    d = diagnose(log.splitlines(keepends=True), [], None, signatures=[]).to_dict()
-    assert d["exit_code"] == 1, f"not answered as a failure: {log!r} -> {d}"
-    return [f for f in d["findings"] if f["fatal"]]
-
-
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_a_seventh_round_family_is_never_silent_and_shows_its_class(cls: str | None, log: str) -> None:
-    found = _fatal(log)
+    found = fatal_findings(log)
     if cls is not None:
         assert cls in {f["class"] for f in found}, (log, found)
 
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_seventh_round_family(cls: str | None, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_a_refusal_naming_another_arch_or_no_gpu_is_never_yes() -> None:
@@ -94,23 +88,23 @@ def test_a_refusal_naming_another_arch_or_no_gpu_is_never_yes() -> None:
         "torch.AcceleratorError: CUDA error: invalid argument\n",
         "not implemented: dtype=e4m3, sm=75Aborted\n",
     ):
-        assert all(f["sm12x"] != "yes" for f in _fatal(log)), log
+        assert all(f["sm12x"] != "yes" for f in fatal_findings(log)), log
 
 
 def test_a_refusal_naming_sm12x_says_so() -> None:
-    (f,) = _fatal("not implemented: dtype=e2m1, fused=1, sm=120\n")
+    (f,) = fatal_findings("not implemented: dtype=e2m1, fused=1, sm=120\n")
     assert (f["class"], f["sm12x"]) == ("arch-path-unsupported", "yes")
-    found = _fatal("your current GPU is 120\n")
+    found = fatal_findings("your current GPU is 120\n")
     assert {(f["class"], f["sm12x"]) for f in found} == {("binary-lacks-arch", "yes")}
 
 
 def test_a_compile_failed_for_another_arch_is_not_blamed_on_sm12x() -> None:
-    found = _fatal(A100 + "[ERROR] [jit.py:40] kernel compile failed for sm_80\n")
+    found = fatal_findings(A100 + "[ERROR] [jit.py:40] kernel compile failed for sm_80\n")
     assert all(f["sm12x"] != "yes" for f in found), found
 
 
 def test_a_bare_invalid_argument_on_another_gpu_stays_other() -> None:
-    (f,) = _fatal(A100 + "RuntimeError: CUDA error: invalid argument\n")
+    (f,) = fatal_findings(A100 + "RuntimeError: CUDA error: invalid argument\n")
     assert f["class"] == "other" and f["sm12x"] == "no"
 
 

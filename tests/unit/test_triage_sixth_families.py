@@ -14,6 +14,7 @@ import pytest
 from sm120patch.triage import fatal
 from sm120patch.triage.classes import classify_line
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps, fatal_findings
 
 RTX5090 = "Using device 0: NVIDIA GeForce RTX 5090\n"
 A100 = "Using device 0: NVIDIA A100-SXM4-40GB\n"
@@ -80,15 +81,9 @@ FAMILIES = [
 ]
 
 
-def _fatal(log: str) -> list[dict]:
-    d = diagnose(log.splitlines(keepends=True), [], None, signatures=[]).to_dict()
-    assert d["exit_code"] == 1, f"not answered as a failure: {log!r} -> {d}"
-    return [f for f in d["findings"] if f["fatal"]]
-
-
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_a_sixth_round_family_is_never_silent_and_shows_its_class(cls: str | None, log: str) -> None:
-    found = _fatal(log)
+    found = fatal_findings(log)
     if cls is not None:
         assert cls in {f["class"] for f in found}, (log, found)
     assert all(f["sm12x"] != "yes" for f in found), (log, found)
@@ -96,21 +91,20 @@ def test_a_sixth_round_family_is_never_silent_and_shows_its_class(cls: str | Non
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_sixth_round_family(cls: str | None, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_a_cuda_error_string_is_settled_by_the_gpu_the_log_shows() -> None:
-    (f,) = _fatal(RTX5090 + "hash kernel: invalid device function\n")
+    (f,) = fatal_findings(RTX5090 + "hash kernel: invalid device function\n")
     assert (f["class"], f["sm12x"]) == ("binary-lacks-arch", "yes")
-    (f,) = _fatal(A100 + "hash kernel: invalid device function\n")
+    (f,) = fatal_findings(A100 + "hash kernel: invalid device function\n")
     assert (f["class"], f["sm12x"]) == ("binary-lacks-arch", "no")
-    (f,) = _fatal(RTX5090 + "cudaMemcpyToSymbol: invalid device symbol\n")  # several causes print it: thin
+    (f,) = fatal_findings(RTX5090 + "cudaMemcpyToSymbol: invalid device symbol\n")  # several causes print it: thin
     assert (f["class"], f["sm12x"], f["evidence"]) == ("binary-lacks-arch", "maybe", "thin")
 
 
 def test_a_refused_launch_on_another_gpu_is_not_a_resource_limit() -> None:
-    (f,) = _fatal(A100 + "Failed to launch kernel attn_fwd_split: CUDA_ERROR_INVALID_VALUE\n")
+    (f,) = fatal_findings(A100 + "Failed to launch kernel attn_fwd_split: CUDA_ERROR_INVALID_VALUE\n")
     assert (f["class"], f["sm12x"]) == ("other", "no")
 
 
@@ -145,7 +139,7 @@ def test_a_fallback_warning_is_not_a_failure(line: str) -> None:
 
 
 def test_advice_to_use_something_instead_in_a_real_error_stays_fatal() -> None:
-    found = _fatal("RuntimeError: FP8 is not supported on this GPU. Please use --dtype bfloat16 instead.\n")
+    found = fatal_findings("RuntimeError: FP8 is not supported on this GPU. Please use --dtype bfloat16 instead.\n")
     assert found
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps
 
 RTX5080 = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA GeForce RTX 5080, compute capability 12.0, VMM: yes\n"
 SM120 = "Using device 0: NVIDIA GeForce RTX 5090 (sm_120)\n"
@@ -117,5 +118,4 @@ def test_healthy_lines_with_the_same_words_stay_healthy(log: str) -> None:
 
 @pytest.mark.parametrize("log", HOST_SIGILL + CUDA_ILLEGAL + [log for _, log in TOOL_ARCH_VALUES] + [ENGINE_TAIL])
 def test_the_prefilter_keeps_every_tenth_round_family(log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)

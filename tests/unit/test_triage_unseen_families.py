@@ -13,6 +13,7 @@ import pytest
 
 from sm120patch.triage.classes import classify_line, library_in
 from sm120patch.triage.diagnose import diagnose
+from tests.unit.triage_lines import assert_prefilter_keeps
 
 TB = 'Traceback (most recent call last):\n  File "/env/site-packages/{lib}/{mod}.py", line 41, in run\n    return self._impl(x)\n'
 
@@ -75,8 +76,7 @@ def test_an_unseen_family_is_never_silent_and_shows_its_class(cls: str, log: str
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_unseen_family(cls: str, log: str) -> None:
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_a_kernel_library_failure_with_no_arch_word_is_thin_and_never_yes() -> None:
@@ -161,8 +161,7 @@ DIED = [
 def test_a_process_that_died_in_another_runtime_or_a_container_is_never_silent(log: str) -> None:
     found = _fatal(log, signatures=[])
     assert all(f["sm12x"] != "yes" for f in found), found
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_an_oom_killed_container_is_out_of_memory() -> None:
@@ -190,8 +189,7 @@ ENVIRONMENT = [
 def test_a_broken_environment_is_the_environment_never_sm12x(log: str) -> None:
     found = _fatal(log, signatures=[])
     assert "environment" in {f["class"] for f in found} and all(f["sm12x"] == "no" for f in found), found
-    lines = log.splitlines(True)
-    assert diagnose(lines, [], None).to_dict() == diagnose(lines, [], None, prefilter=False).to_dict()
+    assert_prefilter_keeps(log)
 
 
 def test_an_sm12x_arch_a_path_requires_is_not_the_device_another_arch_is_named_as() -> None:
