@@ -55,35 +55,17 @@ CASE_KEYS = {
 }
 CASE_REQUIRED = ("id", "url", "gpu", "framework", "sm12x", "cause", "fix", "expect", "excerpt", "class", "source")
 SOURCES = ("github", "nvidia-forums", "pytorch-forums", "huggingface", "reddit", "stackoverflow", "blog", "other-forum")
-PARTS = (
-    "seed",
-    "dev",
-    "held-out",
-    "held-out-2",
-    "held-out-3",
-    "held-out-4",
-    "held-out-5",
-    "held-out-6",
-    "held-out-7",
-    "held-out-8",
-    "held-out-9",
-)
-HELDOUT_3_FILES = ("heldout-d", "heldout-e")  # held-out-3: collected blind, scored once, then opened
-HELDOUT_4_FILES = ("heldout-f", "heldout-g")  # held-out-4: collected blind, scored once, then opened
-HELDOUT_5_FILES = ("heldout-h", "heldout-i")  # held-out-5: collected blind, scored once, then opened
-HELDOUT_6_FILES = ("heldout-j", "heldout-k")  # held-out-6: collected blind, scored once, then opened
-HELDOUT_7_FILES = ("heldout-l", "heldout-m")  # held-out-7: collected blind, scored once, then opened
-HELDOUT_8_FILES = ("heldout-n", "heldout-o")  # held-out-8: collected blind, scored once, then opened
-HELDOUT_9_FILES = ("heldout-p", "heldout-q")  # held-out-9: collected blind, scored once by the integrator
+# The parts collected blind and scored once (then opened for development), by the corpus files that hold them.
 ONE_SHOT_FILES = {
-    "held-out-3": HELDOUT_3_FILES,
-    "held-out-4": HELDOUT_4_FILES,
-    "held-out-5": HELDOUT_5_FILES,
-    "held-out-6": HELDOUT_6_FILES,
-    "held-out-7": HELDOUT_7_FILES,
-    "held-out-8": HELDOUT_8_FILES,
-    "held-out-9": HELDOUT_9_FILES,
+    "held-out-3": ("heldout-d", "heldout-e"),
+    "held-out-4": ("heldout-f", "heldout-g"),
+    "held-out-5": ("heldout-h", "heldout-i"),
+    "held-out-6": ("heldout-j", "heldout-k"),
+    "held-out-7": ("heldout-l", "heldout-m"),
+    "held-out-8": ("heldout-n", "heldout-o"),
+    "held-out-9": ("heldout-p", "heldout-q"),
 }
+PARTS = ("seed", "dev", "held-out", "held-out-2", *ONE_SHOT_FILES)
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")
 _LEGACY_DENY = re.compile(r"not (?:an? )?SM12x")
 
@@ -111,29 +93,14 @@ class Case:
 
     @property
     def part(self) -> str:
-        """dev-*.toml: development; heldout-a/-b.toml: held-out 1 (scored once, then opened for development);
-        heldout-c.toml: held-out 2 (scored once, then opened for development); heldout-d*/-e*.toml: held-out 3
-        (collected blind, scored once, then opened for development); heldout-f*/-g*.toml: held-out 4 (likewise);
-        heldout-h*/-i*.toml: held-out 5 (likewise); heldout-j*/-k*.toml: held-out 6 (likewise);
-        heldout-l*/-m*.toml: held-out 7 (likewise); heldout-n*/-o*.toml: held-out 8 (likewise);
-        heldout-p*/-q*.toml: held-out 9 (collected blind while the classifier was worked on, scored once); the
-        rest: the seed corpus."""
+        """dev-*.toml: development; heldout-a/-b.toml: held-out 1 and heldout-c.toml: held-out 2 (each scored once,
+        then opened for development); the files in ONE_SHOT_FILES: held-out 3 to 9 (collected blind, scored once,
+        then opened); the rest: the seed corpus."""
         if self.source.startswith("dev-"):
             return "dev"
-        if self.source.startswith(HELDOUT_9_FILES):
-            return "held-out-9"
-        if self.source.startswith(HELDOUT_8_FILES):
-            return "held-out-8"
-        if self.source.startswith(HELDOUT_7_FILES):
-            return "held-out-7"
-        if self.source.startswith(HELDOUT_6_FILES):
-            return "held-out-6"
-        if self.source.startswith(HELDOUT_5_FILES):
-            return "held-out-5"
-        if self.source.startswith(HELDOUT_4_FILES):
-            return "held-out-4"
-        if self.source.startswith(HELDOUT_3_FILES):
-            return "held-out-3"
+        for part, files in ONE_SHOT_FILES.items():
+            if self.source.startswith(files):
+                return part
         if self.source.startswith("heldout-c"):
             return "held-out-2"
         if self.source.startswith("heldout-"):

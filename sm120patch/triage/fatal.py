@@ -501,7 +501,6 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
                 "cuda_launch_blocking",
                 "exit",
                 "abort",
-                "crashed",
                 "err",
                 "ran into",
                 "encountered",

@@ -253,10 +253,12 @@ class StructureWatcher:
             lib = triage_classes.library_in(line) or self.evidence.library_near(line_no, after=FRAMES_AFTER)
             # a kernel library's own check failed, on an SM12x GPU or one the log does not show: on SM12x most
             # often a path not written for it (said as thin, "maybe"; a GPU shown as another keeps it "other")
-            on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
+            on_sm12x = self._on_sm12x(kind, line_no)
             body = self._joined[1] if self._joined and self._joined[0] == line_no else line
-            kernel_lib = lib not in _FRAMEWORKS or bool(KERNEL_OP.search(body))
-            lib = lib if lib not in _FRAMEWORKS or not KERNEL_OP.search(body) else lib or "a GPU kernel library"
+            kernel_op = bool(KERNEL_OP.search(body))
+            kernel_lib = lib not in _FRAMEWORKS or kernel_op
+            if lib in _FRAMEWORKS and kernel_op:
+                lib = lib or "a GPU kernel library"
             # an arch in the failing line itself or the kernel named just below it ("Kernel: bmm_..._sm100f")
             here = [a for a in self.evidence.archs_near(line_no, window=0, after=FRAMES_AFTER) if not _is_sm12x(a)]
             cls = "arch-path-unsupported" if (kernel_lib and (archs or on_sm12x)) or here else "other"
@@ -276,8 +278,8 @@ class StructureWatcher:
                 gpu = "an SM12x GPU" if kind.gpu == "sm12x" else "a GPU the log does not name"
                 died = (fatal_class := fatal.classify(line)) is not None and fatal_class.id == "process-died"
                 # a process that died with no error text: nothing says a check failed, only where the log points
-                cue = f"the process died; the log points at {lib} on {gpu}" if died else ""
-                cue = cue or f"a check in {lib} failed on {gpu}"
+                cue = f"the process died; the log points at {lib}" if died else f"a check in {lib} failed"
+                cue += f" on {gpu}"
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
             if self._bare is None:
                 pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
@@ -286,12 +288,16 @@ class StructureWatcher:
         verdict, check, notes = self._verdict(pick, kind)
         return Answer(pick, verdict, check, notes)
 
+    def _on_sm12x(self, kind: LogKind, line_no: int) -> bool:
+        """The log shows an SM12x GPU, none at all, or an SM12x token near the line: a kernel library's own failure
+        there is most often a path not written for it (said thinly)."""
+        return kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(line_no) is not None
+
     def _none_in_kernel_library(self, pick: StructureFinding, kind: LogKind) -> StructureFinding | None:
         """A value left None inside a kernel library (a trait or config its code picks per arch, unset for this
         GPU) on an SM12x GPU or one the log does not show: an arch path, thinly; elsewhere it stays "other"."""
         lib = triage_classes.library_in(pick.line) or self.evidence.library_near(pick.line_no, after=FRAMES_AFTER)
-        on_sm12x = kind.gpu in ("sm12x", "unknown") or self.evidence.sm12x_token_near(pick.line_no) is not None
-        if lib in _FRAMEWORKS or not on_sm12x:
+        if lib in _FRAMEWORKS or not self._on_sm12x(kind, pick.line_no):
             return None
         cue = f"a value left None in {lib}, whose code picks by the arch ({pick.cue})"
         return self._finding("arch-path-unsupported", cue, pick.line_no, pick.line, [], thin=True)
