@@ -1,0 +1,196 @@
+"""README.md and docs/*.md hold only what is true: every block a reader would paste into a shell
+or an image build carries a doctest marker (docs/doctest.md), every relative link and every path
+of this repository a doc names exists inside it, and every generated doc is newer than what it
+describes. tests/integration/test_docs_run.py runs the `run` blocks on real releases.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests import docblocks
+from tests.docblocks import REPO, Block, blocks, parse_marker, shows
+from tools import docstamp
+
+ALL = docblocks.all_blocks()
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+TICKED = re.compile(r"`([^`\s]+)`")
+# a doc that a script writes, the command that rewrites it
+GENERATED = {
+    "docs/compatibility.md": "make docs",
+    "docs/performance.md": "make bench",
+    "docs/crashed.md": "make triage-score",
+    "docs/reliability.md": "make reliability",
+}
+
+
+def _ids(bs: list[Block]) -> list[str]:
+    return [b.where for b in bs]
+
+
+def test_the_docs_have_blocks_of_each_kind() -> None:
+    kinds = {b.marker.kind for b in ALL if b.marker}
+    assert kinds == {"run", "output", "skip"}, kinds
+    assert len([b for b in ALL if b.lang in docblocks.SHELL_LANGS]) >= 20
+
+
+@pytest.mark.parametrize("block", ALL, ids=_ids(ALL))
+def test_every_block_says_its_language_and_every_shell_block_its_marker(block: Block) -> None:
+    assert block.lang, f"{block.where}: a fence without a language; write ```text (output, diagrams) or ```bash"
+    assert not block.marker_error, block.marker_error
+    if block.lang in docblocks.SHELL_LANGS:
+        assert block.marker is not None and block.marker.kind in ("run", "skip"), (
+            f"{block.where}: a {block.lang} block without a marker; put `<!-- doctest: run -->` or "
+            "`<!-- doctest: skip KIND: reason -->` on the line above it (docs/doctest.md)"
+        )
+    if block.marker and block.marker.kind == "run":
+        assert block.lang in docblocks.SHELL_LANGS - {"dockerfile"}, f"{block.where}: only shell blocks run"
+        if block.marker.each and len(block.marker.exits) > 1:
+            n = len(block.commands())
+            assert len(block.marker.exits) == n, f"{block.where}: {len(block.marker.exits)} exit codes, {n} commands"
+
+
+def _doc_text(doc: Path) -> str:
+    """The prose of a doc: fenced blocks left out (a shell `[ -f x ](...)` is not a link)."""
+    out, fence = [], None
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        m = docblocks.FENCE.match(line)
+        if m and fence is None:
+            fence = m["fence"]
+        elif fence and line.startswith(fence):
+            fence = None
+        elif fence is None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _inside(p: Path) -> bool:
+    try:
+        p.resolve().relative_to(REPO)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("doc", docblocks.docs(), ids=lambda d: d.name)
+def test_relative_links_exist_inside_the_repository(doc: Path) -> None:
+    bad = []
+    for target in LINK.findall(_doc_text(doc)):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        if not _inside(path):
+            bad.append(f"{target} (outside the repository: a clone has no such file)")
+        elif not path.exists():
+            bad.append(f"{target} (no such file)")
+    assert not bad, f"{doc.relative_to(REPO)}: " + "; ".join(bad)
+
+
+def _ours(first: str) -> bool:
+    """A path's first component names a folder of this repository or of the sm120patch package."""
+    return (REPO / first).is_dir() or (REPO / "sm120patch" / first).is_dir()
+
+
+@pytest.mark.parametrize("doc", docblocks.docs(), ids=lambda d: d.name)
+def test_paths_of_this_repository_a_doc_names_exist(doc: Path) -> None:
+    """`tests/unit/x.py`, `probes/run/rung.py`: a path that starts at one of our folders must be
+    there (from the repo root or from sm120patch/); `../x` leaves the repository."""
+    bad = []
+    for tok in TICKED.findall(_doc_text(doc)):
+        tok = tok.rstrip(".,:;")
+        if tok.startswith("../"):
+            bad.append(f"{tok} (outside the repository)")
+            continue
+        if "/" not in tok or any(c in tok for c in "<>*$~{}[]=") or "..." in tok or tok.startswith(("/", "-")):
+            continue
+        first = tok.split("/", 1)[0]
+        if not _ours(first) or not re.search(r"\.\w+$|/$", tok):
+            continue
+        if not ((REPO / tok).exists() or (REPO / "sm120patch" / tok).exists()):
+            bad.append(tok)
+    assert not bad, f"{doc.relative_to(REPO)} names paths that do not exist: {', '.join(bad)}"
+
+
+@pytest.mark.parametrize("rel", sorted(GENERATED))
+def test_generated_docs_are_not_older_than_what_they_describe(rel: str) -> None:
+    text = (REPO / rel).read_text(encoding="utf-8")
+    st = docstamp.read_stamp(text)
+    assert st, f"{rel}: no `<!-- generated by ... -->` line; regenerate it with `{GENERATED[rel]}`"
+    assert st.commit and st.command
+    if st.inputs:
+        now = docstamp.inputs_digest(st.inputs)
+        assert now == st.digest, (
+            f"{rel} is older than what it describes ({', '.join(st.inputs)} changed since commit {st.commit}); "
+            f"regenerate it: `{GENERATED[rel]}`"
+        )
+
+
+def test_stale_inputs_are_seen(tmp_path: Path) -> None:
+    """The staleness check can fail: a changed input file changes the digest."""
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "a.toml").write_text("x = 1\n")
+    line = docstamp.stamp("python tools/matrix.py", ["patches"], repo=tmp_path)
+    st = docstamp.read_stamp(f"# T\n\n{line}\n")
+    assert st and st.inputs == ("patches",) and st.digest == docstamp.inputs_digest(["patches"], tmp_path)
+    (tmp_path / "patches" / "a.toml").write_text("x = 2\n")
+    assert docstamp.inputs_digest(["patches"], tmp_path) != st.digest
+    (tmp_path / "patches" / "a.toml").write_text("x = 1\n")
+    (tmp_path / "patches" / "__pycache__").mkdir()
+    (tmp_path / "patches" / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    assert docstamp.inputs_digest(["patches"], tmp_path) == st.digest  # caches are not inputs
+
+
+def test_performance_doc_is_the_rendering_of_last_run() -> None:
+    """docs/performance.md says its run is benchmarks/last-run.json: rendering that file again
+    (what `bench.py --from-json` does) gives the doc, stamp aside."""
+    import json
+
+    from benchmarks.bench import render_doc
+
+    res = json.loads((REPO / "benchmarks" / "last-run.json").read_text())
+    base = json.loads((REPO / "benchmarks" / "baseline.json").read_text())
+    doc = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    drop = re.compile(r"^<!-- generated by .*-->\n\n", re.M)
+    assert drop.sub("", render_doc(res, base, "")) == drop.sub("", doc)
+    assert f"commit {res['machine']['commit']}" in doc
+
+
+# the harness's own parsing, on small inputs
+
+
+def _doc(tmp_path: Path, text: str) -> list[Block]:
+    p = tmp_path / "doc.md"
+    p.write_text(text)
+    return blocks(p)
+
+
+def test_a_shell_block_without_marker_is_found(tmp_path: Path) -> None:
+    (b,) = _doc(tmp_path, "# x\n\n```bash\nsm120patch recipes\n```\n")
+    assert b.lang == "bash" and b.marker is None
+    (b,) = _doc(tmp_path, "<!-- doctest: run -->\n\n```bash\nsm120patch recipes\n```\n")
+    assert b.marker is None  # the marker must sit right above the fence
+
+
+def test_markers_parse_or_say_why() -> None:
+    mk = parse_marker("run each setup=home exit=0,1 slow timeout=900", "d:1")
+    assert (mk.each, mk.setup, mk.exits, mk.slow, mk.timeout) == (True, "home", (0, 1), True, 900)
+    assert parse_marker("skip gpu: two SM12x GPUs", "d:1").reason == "two SM12x GPUs"
+    for bad in ("", "run setup=nowhere", "run exit=0,1", "skip: why", "skip teapot: why", "skip gpu", "walk"):
+        with pytest.raises(docblocks.MarkerError, match="d:1"):
+            parse_marker(bad, "d:1")
+
+
+def test_output_lines_attach_to_the_run_block_and_match(tmp_path: Path) -> None:
+    text = (
+        "<!-- doctest: run each exit=0,1 -->\n```bash\n# a comment\nsm120patch a \\\n  --x\nsm120patch b  # c\n```\n\n"
+        "<!-- doctest: output -->\n```text\n  blocked   sglang-fp4-gemm-b12x-sm120 ... static rung\n```\n"
+    )
+    run, out = _doc(tmp_path, text)
+    assert run.commands() == ["sm120patch a \\\n  --x\n", "sm120patch b  # c\n"]
+    assert run.output == ["  blocked   sglang-fp4-gemm-b12x-sm120 ... static rung"]
+    assert out.marker and out.marker.kind == "output"
+    assert shows("x\n  blocked        sglang-fp4-gemm-b12x-sm120   static rung: missing\n", run.output[0])
+    assert not shows("  exported  sglang-fp4-gemm-b12x-sm120  0005.patch\n", run.output[0])
