@@ -168,6 +168,20 @@ def blocks(doc: Path) -> list[Block]:
     return out
 
 
+def prose(doc: Path) -> str:
+    """A doc's text with its fenced blocks left out (a shell `[ -f x ](...)` is not a link)."""
+    out, fence = [], None
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        m = FENCE.match(line)
+        if m and fence is None:
+            fence = m["fence"]
+        elif fence and line.startswith(fence):
+            fence = None
+        elif fence is None:
+            out.append(line)
+    return "\n".join(out)
+
+
 def docs() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 

@@ -133,7 +133,6 @@ def clone(source: str, dest: Path) -> dict[str, Any]:
     except git.GitCommandError as e:
         reason = git_reason(str(e.stderr or "")) or f"git exit status {e.status}"
         raise UserError(
-            f"{source}: git clone/checkout failed ({reason}); "
-            "check the URL and the ref (tag, branch or commit)"
+            f"{source}: git clone/checkout failed ({reason}); check the URL and the ref (tag, branch or commit)"
         ) from None
     return {"url": url, "ref": ref, "dest": str(dest), "commit": repo.head.commit.hexsha}

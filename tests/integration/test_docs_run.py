@@ -10,6 +10,7 @@ command's, with `each`) and the lines of the `output` block that follows it are 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,3 +144,19 @@ def test_doc_block_runs_as_written(
     out = "\n".join(transcript)
     missing = [line for line in block.output if not docblocks.shows(out, line)]
     assert not missing, f"{block.where}: the doc shows lines the run did not print: {missing}\n{out[-6000:]}"
+
+
+def test_file_names_in_the_docs_exist_here_or_upstream() -> None:
+    """A bare `name.py` in the prose is a file of this repository or of the SGLang and FlashInfer
+    releases the docs talk about: a module renamed or split (cli.py -> cli/) must not linger."""
+    names = {p.name for p in docblocks.REPO.rglob("*.py") if ".venv" not in p.parts}
+    for package, version in (("sglang", "0.5.9"), ("sglang", "0.5.23"), ("flashinfer", FLASHINFER)):
+        for _, _, files in os.walk(pristine_or_skip(package, version)):
+            names.update(files)
+    bad = {}
+    for doc in docblocks.docs():
+        prose = docblocks.prose(doc)
+        gone = sorted({n for n in re.findall(r"(?<![\w/.-])([\w-]+\.py)\b", prose) if n not in names})
+        if gone:
+            bad[docblocks.rel(doc)] = gone
+    assert not bad, f"the docs name .py files that exist neither here nor upstream: {bad}"
