@@ -189,6 +189,7 @@ def doc(res: dict[str, Any], base: dict[str, Any] | None, analysis: str, stamp: 
 def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
     rows = {(r["target"], r["tree"]): r for r in targets(res)}
     missed = [r for r in rows.values() if not r["met"]]
+    warm_missed = any(not r["met"] for (name, _), r in rows.items() if name == "preflight-warm")
     vs = list(res["trees"])
     small, big = vs[0], vs[-1]
     t = res["trees"]
@@ -264,9 +265,16 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         "entry holds the (mode, size, mtime_ns, inode) of every file the plan read or looked for, present or "
         "not, with the sha256 of the files it read, and, when an edit searched the package, a hash of the "
         "package's .py listing with their stamps. Any change recomputes, except a file rewritten with the "
-        "same bytes (an apply rolled back: same size and sha256). A warm run neither parses nor imports "
-        "libcst; what is left is the process start, recipe loading, the FlashInfer lookup and the cache "
-        "checks.",
+        "same bytes (an apply rolled back: same size and sha256). "
+        + (
+            "A warm run neither parses nor imports libcst; what is left is the process start, recipe loading, "
+            "the FlashInfer lookup and the cache checks."
+            if not warm_missed
+            else "Yet a warm run here parsed again: `preflight`'s FlashInfer-backport note (`_note_backport` in "
+            "`engine/preflight.py`) plans the SGLang tree with the backport on every run, outside the plan "
+            "cache (cProfile of one warm run on 0.5.9, 2026-12-02: 24.4 of 25.4 s in it), so the cached "
+            "statuses no longer make a warm `preflight` cheap. That note needs a cache of its own."
+        ),
         "",
         "**Floor B** is what applying a fixed patch costs: milliseconds. sm120patch pays the parse because it "
         "finds each gate by structure (releases move and reshape it) and proves each rewrite compiles.",
@@ -313,7 +321,7 @@ MISSED_WHY = {
         "nothing unless it has to replay a kept recipe; on the small tree that fixed cost is a large part "
         "of the floor. See the spread: the ratio moves by 0.1-0.2 with the machine's load."
     ),
-    "preflight-warm": "See the preflight paragraph: the plan and the probes came from the caches.",
+    "preflight-warm": "See the preflight paragraph.",
     "scaling": (
         "The fixed cost of a process (start, recipe loading, the libcst import) does not shrink with the "
         "touched bytes, so the smaller job is relatively dearer."
