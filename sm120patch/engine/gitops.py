@@ -104,6 +104,22 @@ def split_ref(source: str) -> tuple[str, str | None]:
     return source, None
 
 
+def git_reason(stderr: str) -> str:
+    """Git's own reason from a failed command's stderr: the last `fatal:`/`error:` line, its prefix
+    dropped. GitPython wraps stderr as `\n  stderr: '...'\n`; the wrapper's quotes are not git's."""
+    text = stderr.strip()
+    if text.startswith("stderr: '"):
+        text = text[len("stderr: '") :]
+        text = text[:-1] if text.endswith("'") else text
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    for line in reversed(lines):
+        for prefix in ("fatal:", "error:"):
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+    rest = [x for x in lines if not x.startswith(("Cloning into", "remote:"))]
+    return rest[-1] if rest else ""
+
+
 def clone(source: str, dest: Path) -> dict[str, Any]:
     import git
 
@@ -115,9 +131,8 @@ def clone(source: str, dest: Path) -> dict[str, Any]:
         if ref:
             repo.git.checkout(ref)
     except git.GitCommandError as e:
-        detail = (e.stderr or "").strip().splitlines()
+        reason = git_reason(str(e.stderr or "")) or f"git exit status {e.status}"
         raise UserError(
-            f"{source}: git clone/checkout failed ({detail[-1] if detail else e}); "
-            "check the URL and the ref (tag, branch or commit)"
+            f"{source}: git clone/checkout failed ({reason}); check the URL and the ref (tag, branch or commit)"
         ) from None
     return {"url": url, "ref": ref, "dest": str(dest), "commit": repo.head.commit.hexsha}
