@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-_STATUS = {"ok": "ok", "jit": "ok (JIT)", "partial": "partial", "some": "SOME", "none": "NO"}
+_STATUS = {
+    "ok": "ok",
+    "jit": "ok (JIT)",
+    "lto": "ok (LTO)",
+    "unknown": "?",
+    "partial": "partial",
+    "some": "SOME",
+    "none": "NO",
+}
 
 
 def _span(names: list[str]) -> str:
@@ -49,7 +57,8 @@ def render_lines(report: dict[str, Any]) -> list[str]:
         for r in rows:
             cells = " ".join(f"{_STATUS[r['gpus'][a]['status']]:<8}" for a in archs)
             ptx = _span(r["ptx"]) + (f" (ISA {', '.join(r['ptx_isa'])})" if r["ptx_isa"] else "") if r["ptx"] else "-"
-            out.append(f"  {r['name']:<{w}}  {r['version'][:14]:<14} {cells}  {_span(r['sass']) or '-'} / {ptx}")
+            lto = f" / LTO {_span(r['lto'])}" if r.get("lto") else ""
+            out.append(f"  {r['name']:<{w}}  {r['version'][:14]:<14} {cells}  {_span(r['sass']) or '-'} / {ptx}{lto}")
     for p in report["problems"]:
         shown = _modules(p["modules"])
         what = "have no image for" if p["status"] in ("none", "some") else "lack code in some translation units for"
@@ -61,8 +70,13 @@ def render_lines(report: dict[str, Any]) -> list[str]:
         if p.get("note"):
             out.append(f"    note: {p['note']}")
     for r in rows:
+        for gpu, g in r["gpus"].items():
+            for n in g.get("notes", []):
+                out.append(f"  note: {r['name']} {r['version']} on {gpu}: {n}")
         for u in r["unreadable"]:
             out.append(f"  note: {r['name']}: {u['path']} could not be read ({u['error']}); not judged")
+        for c in r.get("cut_short", []):
+            out.append(f"  note: {r['name']}: {c['path']}: fatbin {c['note']}; judged on what was read")
     for n in report["notes"]:
         out.append(f"  note: {n}")
     return out

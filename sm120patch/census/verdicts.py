@@ -26,40 +26,87 @@ def _codes(sig: Iterable[str]) -> list[Code]:
     return [_code(c) for c in sig]
 
 
-def module_verdict(module: dict[str, Any], gpu: Arch, driver: str | None) -> dict[str, Any]:
+def module_verdict(
+    module: dict[str, Any], gpu: Arch, driver: str | None, nvjitlink: tuple[int | None, str] | None = None
+) -> dict[str, Any]:
     """See `_verdict`; modules built alike (thousands of cubins of a few kinds) are judged once."""
     key = tuple((tuple(sig), n) for sig, n in module["groups"])
-    return dict(_verdict(key, gpu, driver))
+    return dict(_verdict(key, gpu, driver, nvjitlink, str(module.get("data") or "")))
+
+
+def other_arch_only(codes: Sequence[Code], gpu: Arch) -> bool:
+    """A translation unit that cannot run on `gpu` and was built only for other architectures:
+    one target, or only arch-/family-specific (`a`/`f`) ones, or one major release's (sm_80 +
+    sm_86), with no PTX or LTO IR that fits `gpu`. Libraries keep such kernels for the GPUs they
+    were written for (cuSPARSE 12.6's sm_80-only and sm_86-only units, sm_100a-only units in
+    cuBLAS) and pick them by the GPU they run on, so they are never launched on `gpu`. A unit
+    built from a general arch list that skips `gpu` (sm_90 + sm_100, and no sm_120) is not."""
+    targets = {(c.sm, c.suffix) for c in codes}
+    if not targets:
+        return False
+    if len({sm for sm, _ in targets}) == 1 or all(sfx for _, sfx in targets):
+        return True
+    return len({sm // 10 for sm, _ in targets}) == 1
 
 
 @functools.lru_cache(maxsize=4096)
-def _verdict(groups_key: tuple[tuple[tuple[str, ...], int], ...], gpu: Arch, driver: str | None) -> dict[str, Any]:
+def _verdict(
+    groups_key: tuple[tuple[tuple[str, ...], int], ...],
+    gpu: Arch,
+    driver: str | None,
+    nvjitlink: tuple[int | None, str] | None = None,
+    data: str = "",
+) -> dict[str, Any]:
     """Whether a module's code runs on `gpu`: `ok`, `partial` (some translation units have no
-    image: the ops they hold fail) or `none`.
+    image and the evidence says they hold code a call on `gpu` needs), `none`, or `unknown`
+    (the headers cannot tell).
 
     nvcc's device-link unit never holds PTX (seen with nvcc 13.0 in the tests), so where the
-    module runs only by JIT, units without PTX are not counted as missing."""
+    module runs only by JIT, units without PTX are not counted as missing. Units built only for
+    other architectures (`other_arch_only`) are not missing either: the module is `ok`, with a
+    note. A module none of whose fatbin code fits but which keeps a large data section (`data`,
+    elf.BIG_DATA) may load its kernels from there itself: `unknown`, not `none`."""
     groups = [(_codes(sig), n) for sig, n in groups_key]
-    whole: Verdict = judge([c for codes, _ in groups for c in codes], gpu, driver)
+    whole: Verdict = judge([c for codes, _ in groups for c in codes], gpu, driver, nvjitlink)
     units = sum(n for _, n in groups)
-    missing, first_missing = 0, None
+    missing, first_missing, other, others = 0, None, 0, set()
     for codes, n in groups:
-        v = judge(codes, gpu, driver)
-        if not v.ok and not (whole.how == "jit" and not any(c.kind == "ptx" for c in codes)):
-            missing += n
-            first_missing = first_missing or v
-    status = "none" if not whole.ok else "partial" if missing else "ok"
-    why, error = whole.why, whole.error
+        v = judge(codes, gpu, driver, nvjitlink)
+        if v.ok or (whole.how == "jit" and not any(c.kind == "ptx" for c in codes)):
+            continue
+        if whole.ok and other_arch_only(codes, gpu):
+            other += n
+            others.update(c.name for c in codes)
+            continue
+        missing += n
+        first_missing = first_missing or v
+    status = "none" if not whole.ok else "partial" if missing else "unknown" if whole.how == "unknown" else "ok"
+    why, error, note = whole.why, whole.error, ""
     if status == "partial" and first_missing is not None:
         why, error = f"{missing} of {units} translation units: {first_missing.why}", first_missing.error
+    if status == "none" and data:
+        status, error = "unknown", ""
+        why = (
+            f"cannot tell from the headers: its .nv_fatbin has {why.replace('no image for', 'nothing for')}, but it "
+            f"keeps {data} of data the census does not read, where a library may hold kernels it loads "
+            "itself (cuFFT 12 keeps its kernels and their LTO IR there)"
+        )
+    if other:
+        note = (
+            f"{other} of {units} translation units hold only other architectures' code "
+            f"({', '.join(sort_names(others)[:6])}{', ...' if len(others) > 6 else ''}): kernels the library "
+            f"picks on those GPUs, never launched on {gpu.name}"
+        )
     return {
         "status": status,
-        "how": whole.how,
+        "how": whole.how if status != "unknown" else "unknown",
         "image": whole.image,
         "units": units,
         "missing_units": missing,
+        "other_arch_units": other,
         "error": error,
         "why": why,
+        "note": note,
     }
 
 
@@ -76,43 +123,86 @@ def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
     return sorted(isas, key=lambda s: tuple(int(x) for x in s.split(".")))
 
 
+_NVJITLINK = ("nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-nvjitlink-cu11")
+
+
+def nvjitlink_for(path: str, versions: dict[str, str]) -> tuple[int | None, str]:
+    """What LTO IR in the module at `path` needs: the CUDA major of its NVIDIA wheel (its
+    `nvidia/cuNN/` folder), and the nvidia-nvjitlink version installed ("" if none)."""
+    import re
+
+    m = re.search(r"(?:^|/)cu(\d\d)(?:/|$)", path)
+    have = next((versions[n] for n in _NVJITLINK if versions.get(n)), "")
+    return (int(m.group(1)) if m else None), have
+
+
 def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) -> list[dict[str, Any]]:
     """Per distribution: the images it carries and, per GPU, what runs and the fix for what does not."""
     from sm120patch.census.fixes import fix_for, note_for
 
+    versions = scan.get("dist_versions") or {}
     rows = []
     for d in scan["distributions"]:
         mods = d["modules"]
         per_gpu: dict[str, Any] = {}
         for a in archs:
-            verdicts = {m["path"]: module_verdict(m, a, driver) for m in mods if m["groups"]}
+            verdicts = {
+                m["path"]: module_verdict(m, a, driver, nvjitlink_for(m["path"], versions))
+                for m in mods
+                if m["groups"] or m.get("data")
+            }
             none = sorted(p for p, v in verdicts.items() if v["status"] == "none")
             partial = sorted(p for p, v in verdicts.items() if v["status"] == "partial")
+            unknown = sorted(p for p, v in verdicts.items() if v["status"] == "unknown")
             jit = sorted(p for p, v in verdicts.items() if v["status"] != "none" and v["how"] == "jit")
+            lto = sorted(p for p, v in verdicts.items() if v["status"] != "none" and v["how"] == "lto")
             status = (
-                "none" if none and len(none) == len(verdicts) else "some" if none else ("partial" if partial else "ok")
+                "none"
+                if none and len(none) == len(verdicts)
+                else "some"
+                if none
+                else "partial"
+                if partial
+                else "unknown"
+                if unknown
+                else "ok"
             )
             if status == "ok" and jit:
                 status = "jit"  # runs, but only after the driver JIT-compiles PTX at first load
+            elif status == "ok" and lto:
+                status = "lto"  # runs once the library links its LTO IR through nvJitLink
             errors = sorted({verdicts[p]["error"] for p in none + partial if verdicts[p]["error"]})
             per_gpu[a.name] = {
                 "status": status,
                 "cannot_run": none,
                 "partial": partial,
+                "unknown": unknown,
                 "jit": jit,
+                "lto": lto,
                 "modules": verdicts,
-                "you_will_see": [f"CUDA error: {e}" for e in errors],
+                "you_will_see": [
+                    f"CUDA error: {e}" if e.startswith("no kernel") or e.startswith("the provided") else e
+                    for e in errors
+                ],
                 "fix": fix_for(d["name"], d["version"], a, _images(mods, "sass")) if none or partial else "",
                 "note": note_for(d["name"], a) if none or partial else "",
+                "notes": [f"{p}: {v['note']}" for p, v in sorted(verdicts.items()) if v["note"]]
+                + [f"{p}: {verdicts[p]['why']}" for p in unknown],
             }
         rows.append(
             {
                 "name": d["name"],
                 "version": d["version"],
                 "modules": [m["path"] for m in mods],
-                "unreadable": [{"path": m["path"], "error": m["error"]} for m in mods if m["error"]],
+                "unreadable": [
+                    {"path": m["path"], "error": m["error"] or m.get("skipped", "")}
+                    for m in mods
+                    if m["error"] or m.get("skipped")
+                ],
+                "cut_short": [{"path": m["path"], "note": m["note"]} for m in mods if m.get("note")],
                 "sass": _images(mods, "sass"),
                 "ptx": _images(mods, "ptx"),
+                "lto": _images(mods, "lto"),
                 "ptx_isa": _ptx_isas(mods),
                 "gpus": per_gpu,
             }
