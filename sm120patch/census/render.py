@@ -80,3 +80,47 @@ def render_lines(report: dict[str, Any]) -> list[str]:
     for n in report["notes"]:
         out.append(f"  note: {n}")
     return out
+
+
+def _md(text: str) -> str:
+    """A table cell: pipes escaped, one line."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render_markdown(machine: dict[str, Any], report: dict[str, Any]) -> str:
+    """The census for pasting into an upstream bug report (as `python -m sglang.check_env` and
+    vLLM's collect_env do): GPU, driver, CUDA, torch, then every distribution's verdict per GPU."""
+    gpus = machine.get("gpus") or []
+    cuda = machine.get("cuda") or {}
+    torch = machine.get("torch") or {}
+    out = ["### Environment (sm120patch census)", "", "| | |", "|---|---|"]
+    gpu_line = "; ".join(f"{g['name']} ({g['arch']})" for g in gpus) or "none detected"
+    if machine.get("overridden"):
+        gpu_line = f"none asked (judged for {', '.join(report['archs'])}, from --arch)"
+    out.append(f"| GPU | {_md(gpu_line)} |")
+    out.append(f"| driver | {_md(machine.get('driver') or '-')} |")
+    out.append(f"| CUDA toolkit | {_md(cuda.get('version') or 'not found')} |")
+    if torch:
+        version, tcuda = _md(torch.get("version") or "not importable"), _md(torch.get("cuda") or "-")
+        out.append(f"| torch | {version} (CUDA {tcuda}; {_md(' '.join(torch.get('arch_list') or []) or '-')}) |")
+    else:
+        out.append("| torch | not asked |")
+    out.append(f"| site-packages | {_md(', '.join(report['site_packages']) or '-')} |")
+    archs = report["archs"]
+    out += ["", "| distribution | version | " + " | ".join(archs) + " | SASS / PTX / LTO |"]
+    out.append("|---|---|" + "---|" * len(archs) + "---|")
+    for r in report["distributions"]:
+        cells = " | ".join(_STATUS[r["gpus"][a]["status"]] for a in archs)
+        code = f"{_span(r['sass']) or '-'} / {_span(r['ptx']) or '-'} / {_span(r.get('lto') or []) or '-'}"
+        out.append(f"| {_md(r['name'])} | {_md(r['version'])} | {cells} | {_md(code)} |")
+    problems = report["problems"]
+    if problems:
+        out += ["", "Problems:"]
+        for p in problems:
+            see = "; ".join(p["you_will_see"])
+            out.append(f"- {p['package']} {p['version']} on {p['gpu']}: {_md(_modules(p['modules']))} ({see})")
+    notes = [n for r in report["distributions"] for g in r["gpus"].values() for n in g.get("unknown", [])]
+    if notes:
+        out += ["", "Cannot tell from the headers: " + _md(", ".join(sorted(set(notes))))]
+    out += ["", f"(sm120patch census: {report['files_read'] + report['files_cached']} files)"]
+    return "\n".join(out)

@@ -411,6 +411,22 @@ def census(
     }
 
 
+# Packages a server loads at start: one that cannot run on its GPU fails every start (preflight's exit)
+SERVER_PACKAGES = frozenset({"torch", "sgl-kernel", "sglang-kernel", "flashinfer-python", "flashinfer-jit-cache"})
+# Packages whose missing images are by design: FlashInfer picks these cubins by the GPU they name
+EXPECTED_MISSING = frozenset({"flashinfer-cubin"})
+
+
+def failing(report: dict[str, Any], only: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """The census problems that fail a run: a distribution that cannot run (NO, SOME, partial) on a
+    GPU it was judged for, among `only` (default: every distribution but EXPECTED_MISSING)."""
+    return [
+        p
+        for p in report["problems"]
+        if (p["package"] in only if only is not None else p["package"] not in EXPECTED_MISSING)
+    ]
+
+
 def sites_for(given: Sequence[Path] = (), python: str | None = None, package_dirs: Sequence[Path] = ()) -> list[Path]:
     """Which site-packages preflight censuses: those given (--site-packages), else --python's,
     else the ones holding the packages it checks, else this interpreter's."""

@@ -34,19 +34,21 @@ def module_verdict(
     return dict(_verdict(key, gpu, driver, nvjitlink, str(module.get("data") or "")))
 
 
-def other_arch_only(codes: Sequence[Code], gpu: Arch) -> bool:
-    """A translation unit that cannot run on `gpu` and was built only for other architectures:
-    one target, or only arch-/family-specific (`a`/`f`) ones, or one major release's (sm_80 +
-    sm_86), with no PTX or LTO IR that fits `gpu`. Libraries keep such kernels for the GPUs they
-    were written for (cuSPARSE 12.6's sm_80-only and sm_86-only units, sm_100a-only units in
-    cuBLAS) and pick them by the GPU they run on, so they are never launched on `gpu`. A unit
-    built from a general arch list that skips `gpu` (sm_90 + sm_100, and no sm_120) is not."""
-    targets = {(c.sm, c.suffix) for c in codes}
-    if not targets:
-        return False
-    if len({sm for sm, _ in targets}) == 1 or all(sfx for _, sfx in targets):
+def other_arch_only(codes: Sequence[Code], main_rest: frozenset[str], widest: int) -> bool:
+    """A translation unit that cannot run on the GPU: built only for other architectures (kernels
+    the library keeps for the GPUs they were written for and picks by the GPU it runs on:
+    cuSPARSE 12.6's sm_80-only units, cuBLAS 13.1's sm_100-only and sm_89 + sm_120f units), or
+    built from the module's own arch list with the GPU left out (a build slip: a call needs it)?
+
+    `main_rest` is what the module's main list (the widest unit that runs on the GPU)
+    carries besides the GPU's own images; a unit that holds all of it (and two targets or
+    more) is that list minus the GPU: missing. So is a unit as wide as the module's widest
+    (`widest` targets): the module's general list, which lacks the GPU. Anything narrower is
+    other architectures' code."""
+    names = {c.name for c in codes}
+    if len(names) < 2:
         return True
-    return len({sm // 10 for sm, _ in targets}) == 1
+    return not ((main_rest and main_rest <= names) or len(names) >= widest)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -69,12 +71,16 @@ def _verdict(
     groups = [(_codes(sig), n) for sig, n in groups_key]
     whole: Verdict = judge([c for codes, _ in groups for c in codes], gpu, driver, nvjitlink)
     units = sum(n for _, n in groups)
+    judged = [(codes, n, judge(codes, gpu, driver, nvjitlink)) for codes, n in groups]
+    running = [(codes, n) for codes, n, v in judged if v.ok]
+    main = max(running, key=lambda t: (len(t[0]), t[1]))[0] if running else []
+    main_rest = frozenset(c.name for c in main if not judge([c], gpu, driver, nvjitlink).ok)
+    widest = max((len({c.name for c in codes}) for codes, _ in groups), default=0)
     missing, first_missing, other, others = 0, None, 0, set()
-    for codes, n in groups:
-        v = judge(codes, gpu, driver, nvjitlink)
+    for codes, n, v in judged:
         if v.ok or (whole.how == "jit" and not any(c.kind == "ptx" for c in codes)):
             continue
-        if whole.ok and other_arch_only(codes, gpu):
+        if whole.ok and other_arch_only(codes, main_rest, widest):
             other += n
             others.update(c.name for c in codes)
             continue
