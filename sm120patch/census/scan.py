@@ -137,6 +137,8 @@ def _valid(hit: Any) -> bool:
     res = hit[3]
     if not all(isinstance(res.get(k), str) for k in _RESULT_TEXT) or not isinstance(res.get("compressed"), bool):
         return False
+    if not isinstance(res.get("empty_units"), int):
+        return False
     groups = res.get("groups")
     if not isinstance(groups, list):
         return False
@@ -240,8 +242,15 @@ def _read(path: Path) -> dict[str, Any]:
 
     code = read_file_code(path)
     units: dict[int, list[str]] = {}
+    holds_kernels: set[int] = set()
     for e in code.entries:
         units.setdefault(e.container, []).append(e.code)
+        if e.kernels != 0:
+            holds_kernels.add(e.container)
+    # a unit whose every entry is a cubin without kernels (nvcc's device-link unit) holds nothing a
+    # call could need: left out (counted), not judged
+    empty = set(units) - holds_kernels
+    units = {c: codes for c, codes in units.items() if c in holds_kernels}
     groups: dict[tuple[str, ...], int] = {}
     for codes in units.values():
         sig = tuple(sorted(set(codes)))
@@ -254,6 +263,7 @@ def _read(path: Path) -> dict[str, Any]:
         "note": code.note,
         "data": code.data_section,
         "skipped": code.skipped,
+        "empty_units": len(empty),
     }
 
 

@@ -125,13 +125,16 @@ def test_units_for_other_architectures_only_are_ok_with_a_note(tmp_path: Path, s
         ["sass:sm_100a"],
         ["sass:sm_75"],  # nvcc -shared's device-link unit
     ]
+    # that unit's cubin has no kernel (k and g are in the other two): no call needs it, not judged
+    assert [e.kernels for e in code.entries if e.code == "sass:sm_75"] == [0]
+    assert all(e.kernels > 0 for e in code.entries if e.kind == "sass" and e.sm != 75)
     site = _site(tmp_path, {"shapes/multi.so": shapes / "multi.so"})
     gpus = [Arch(9, 0), Arch(12, 0), Arch(12, 1), Arch(10, 0), Arch(10, 3)]
     report = census.census([site], gpus, driver="580.95.05", cache_root=tmp_path / "c", env={})
     for gpu in ("sm_90", "sm_120", "sm_121"):
         m = _module(report, gpu)
-        assert (m["status"], m["dist"], m["other_arch_units"]) == ("ok", "ok", 2), (gpu, m)
-        assert "only other architectures' code (sm_75, sm_100a)" in m["note"], m["note"]
+        assert (m["status"], m["dist"], m["units"], m["other_arch_units"]) == ("ok", "ok", 2, 1), (gpu, m)
+        assert "1 of 2 translation units hold only other architectures' code (sm_100a)" in m["note"], m["note"]
         assert any("sm_100a" in n for n in m["notes"])
     on_100 = _module(report, "sm_100")
     assert (on_100["status"], on_100["missing_units"]) == ("partial", 1), on_100

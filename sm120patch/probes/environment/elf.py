@@ -67,6 +67,7 @@ class FatbinEntry:
     compressed: bool
     isa: str = ""  # PTX entries: the PTX ISA version ("9.0"); "" for SASS
     container: int = 0  # which fatbin container (translation unit) of the section it is in
+    kernels: int = -1  # small uncompressed SASS: how many kernels its cubin has (-1: not counted)
 
     @property
     def name(self) -> str:
@@ -259,11 +260,35 @@ def _walk_fatbin(read: Reader, start: int, size: int, walk: _Walk | None = None)
             suffix = "f" if flags & _FLAG_FAMILY else "a" if flags & _FLAG_ARCH_SPECIFIC else ""
             kind_name = _KINDS.get(kind, f"kind{kind}")
             isa = f"{major}.{minor}" if kind_name == "ptx" and major else ""
-            out.append(FatbinEntry(kind_name, sm, suffix, bool(flags & _FLAG_COMPRESSED), isa, container))
+            compressed = bool(flags & _FLAG_COMPRESSED)
+            kernels = _count_kernels(read, q + ehsize, psize) if kind == 2 and not compressed else -1
+            out.append(FatbinEntry(kind_name, sm, suffix, compressed, isa, container, kernels))
             q += ehsize + psize
         container += 1
         pos = pos + hsize + fsize
     return out[first:]
+
+
+_SMALL_CUBIN = 64 << 10
+
+
+def _count_kernels(read: Reader, off: int, size: int) -> int:
+    """Kernels (`.text.<symbol>` sections) of a small uncompressed cubin payload at `off`, read
+    from its section headers; -1 when it is large (not counted: a real library) or unreadable.
+    nvcc's device-link unit (`nvcc -shared`, cuFFTW's one sm_75 cubin) has none: no call needs it."""
+    if size > _SMALL_CUBIN or size < 64:
+        return -1
+
+    def sub(o: int, n: int) -> bytes:
+        return read(off + o, max(0, min(n, size - o))) if 0 <= o < size else b""
+
+    try:
+        h = _header(sub(0, 64))
+        if h.machine != EM_CUDA:
+            return -1
+        return sum(1 for name, *_ in _section_rows(sub, h) if name.startswith(".text."))
+    except (ElfError, struct.error):
+        return -1
 
 
 def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
