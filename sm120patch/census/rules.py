@@ -22,9 +22,9 @@ not ours; each function cites where they are written:
       Blackwell and NVIDIA CUDA 12.9 Introduce Family-Specific Architecture Features",
       developer.nvidia.com/blog, 2025).
 [LTO] nvJitLink documentation (https://docs.nvidia.com/cuda/nvjitlink/, "Compatibility"): LTO IR
-      (nvcc `code=lto_XY`, fatbin entry kind 8) is not loaded by the driver; the library links it
-      at run time through nvJitLink for the GPU it runs on (any GPU >= X.Y, as PTX), and
-      nvJitLink links only IR of its own CUDA major release (its minor >= the producer's).
+      (nvcc `code=lto_XY`, fatbin entry kind 8) is not loaded by the driver (checked on an H200:
+      docs/census.md); a library that uses nvJitLink links it at run time for the GPU it runs on
+      (any GPU >= X.Y, as PTX), and nvJitLink links only IR of its own CUDA major release.
 [DRV] CUDA Compatibility guide (https://docs.nvidia.com/deploy/cuda-compatibility/) and the
       CUDA Toolkit release notes' table of toolkit and minimum driver versions: a driver JIT-
       compiles PTX only up to the PTX ISA of the CUDA version it ships with; newer PTX fails
@@ -165,7 +165,10 @@ class Verdict:
 
 
 def judge(
-    codes: list[Code], gpu: Arch, driver: str | None = None, nvjitlink: tuple[int | None, str] | None = None
+    codes: list[Code],
+    gpu: Arch,
+    driver: str | None = None,
+    nvjitlink: tuple[int | None, str, bool | None] | None = None,
 ) -> Verdict:
     """The loader's choice for `gpu` among `codes`: a compatible SASS first, else PTX it can JIT,
     else LTO IR the library links through nvJitLink [LTO].
@@ -173,7 +176,8 @@ def judge(
     With `driver` unknown (no GPU here, `--arch`), a PTX is taken as JIT-able and the why says
     the ISA it needs; with a known driver, PTX newer than the driver's ISA does not count.
     `nvjitlink`: (the CUDA major the LTO IR needs, or None when not known; the nvidia-nvjitlink
-    version installed, "" when none) -- None when not asked."""
+    version installed, "" when none; whether the module uses nvJitLink, None when it cannot be
+    told) -- None when not asked."""
     sass = [c for c in codes if c.kind == "sass" and sass_runs_on(c, gpu)]
     if sass:
         best = max(sass, key=lambda c: (c.sm, c.suffix != ""))
@@ -204,23 +208,35 @@ def judge(
     )
 
 
-def _judge_lto(best: Code, gpu: Arch, nvjitlink: tuple[int | None, str] | None) -> Verdict:
-    """LTO IR that fits `gpu` [LTO]: it runs once nvJitLink of its CUDA major links it."""
-    need, have = nvjitlink if nvjitlink is not None else (None, "")
+def _judge_lto(best: Code, gpu: Arch, nvjitlink: tuple[int | None, str, bool | None] | None) -> Verdict:
+    """LTO IR that fits `gpu` and nothing else does [LTO]. The driver never loads it (on an H200
+    an nvcc-built .so with lto_90 + sm_100a failed with "no kernel image": docs/census.md); it
+    runs only where the library links it itself through nvJitLink of its CUDA major."""
+    need, have, links = nvjitlink if nvjitlink is not None else (None, "", None)
     want = f"nvJitLink of CUDA {need} (nvidia-nvjitlink {need}.*)" if need else "nvJitLink"
-    how = f"{best.name} LTO IR is linked for {gpu.name} at run time through nvJitLink"
+    how = f"{best.name} LTO IR fits {gpu.name}, which only nvJitLink links (the driver does not load it)"
+    if links is False:
+        return Verdict(False, "none", "", NO_IMAGE_ERROR, f"{how}, and this module does not use nvJitLink")
+    if links is None:
+        return Verdict(True, "unknown", best.name, "", f"{how}: cannot tell from the headers who links it")
     if have and (need is None or major_of(have) == need):
-        return Verdict(True, "lto", best.name, "", f"{how} (needs {want}; nvidia-nvjitlink {have} is installed)")
+        return Verdict(
+            True, "lto", best.name, "", f"{how}; the module uses {want}: nvidia-nvjitlink {have} is installed"
+        )
     if have:
         return Verdict(
-            False, "none", "", NO_NVJITLINK_ERROR, f"{how}, which needs {want}: nvidia-nvjitlink {have} cannot link it"
+            False,
+            "none",
+            "",
+            NO_NVJITLINK_ERROR,
+            f"{how}; the module needs {want}: nvidia-nvjitlink {have} cannot link it",
         )
     return Verdict(
         True,
         "unknown",
         best.name,
         "",
-        f"{how}; needs {want}, and no nvidia-nvjitlink is installed here: cannot tell whether a "
+        f"{how}; the module uses {want}, and no nvidia-nvjitlink is installed here: cannot tell whether a "
         "libnvJitLink of that release is on the library path",
     )
 

@@ -137,7 +137,7 @@ def _valid(hit: Any) -> bool:
     res = hit[3]
     if not all(isinstance(res.get(k), str) for k in _RESULT_TEXT) or not isinstance(res.get("compressed"), bool):
         return False
-    if not isinstance(res.get("empty_units"), int):
+    if not isinstance(res.get("empty_units"), int) or res.get("nvjitlink") not in (True, False, None):
         return False
     groups = res.get("groups")
     if not isinstance(groups, list):
@@ -264,6 +264,7 @@ def _read(path: Path) -> dict[str, Any]:
         "data": code.data_section,
         "skipped": code.skipped,
         "empty_units": len(empty),
+        "nvjitlink": code.nvjitlink if code.kind == "so" else None,
     }
 
 

@@ -27,7 +27,10 @@ def _codes(sig: Iterable[str]) -> list[Code]:
 
 
 def module_verdict(
-    module: dict[str, Any], gpu: Arch, driver: str | None, nvjitlink: tuple[int | None, str] | None = None
+    module: dict[str, Any],
+    gpu: Arch,
+    driver: str | None,
+    nvjitlink: tuple[int | None, str, bool | None] | None = None,
 ) -> dict[str, Any]:
     """See `_verdict`; modules built alike (thousands of cubins of a few kinds) are judged once."""
     key = tuple((tuple(sig), n) for sig, n in module["groups"])
@@ -56,7 +59,7 @@ def _verdict(
     groups_key: tuple[tuple[tuple[str, ...], int], ...],
     gpu: Arch,
     driver: str | None,
-    nvjitlink: tuple[int | None, str] | None = None,
+    nvjitlink: tuple[int | None, str, bool | None] | None = None,
     data: str = "",
 ) -> dict[str, Any]:
     """Whether a module's code runs on `gpu`: `ok`, `partial` (some translation units have no
@@ -132,14 +135,15 @@ def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
 _NVJITLINK = ("nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-nvjitlink-cu11")
 
 
-def nvjitlink_for(path: str, versions: dict[str, str]) -> tuple[int | None, str]:
-    """What LTO IR in the module at `path` needs: the CUDA major of its NVIDIA wheel (its
-    `nvidia/cuNN/` folder), and the nvidia-nvjitlink version installed ("" if none)."""
+def nvjitlink_for(module: dict[str, Any], versions: dict[str, str]) -> tuple[int | None, str, bool | None]:
+    """What LTO IR in `module` needs: the CUDA major of its NVIDIA wheel (its `nvidia/cuNN/`
+    folder), the nvidia-nvjitlink version installed ("" if none), and whether the module uses
+    nvJitLink (None for a loose fatbin: whoever loads it may)."""
     import re
 
-    m = re.search(r"(?:^|/)cu(\d\d)(?:/|$)", path)
+    m = re.search(r"(?:^|/)cu(\d\d)(?:/|$)", module["path"])
     have = next((versions[n] for n in _NVJITLINK if versions.get(n)), "")
-    return (int(m.group(1)) if m else None), have
+    return (int(m.group(1)) if m else None), have, module.get("nvjitlink")
 
 
 def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) -> list[dict[str, Any]]:
@@ -153,7 +157,7 @@ def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) 
         per_gpu: dict[str, Any] = {}
         for a in archs:
             verdicts = {
-                m["path"]: module_verdict(m, a, driver, nvjitlink_for(m["path"], versions))
+                m["path"]: module_verdict(m, a, driver, nvjitlink_for(m, versions))
                 for m in mods
                 if m["groups"] or m.get("data")
             }

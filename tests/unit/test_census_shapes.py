@@ -5,15 +5,17 @@
   `nvcc -shared`, which adds its own device-link unit for sm_75), as cuBLAS keeps sm_100a-only
   and cuSPARSE sm_80-only units;
 - LTO IR (`-gencode arch=compute_90,code=lto_90`), as cuFFT 12 carries its kernels, in a loose
-  `.fatbin` (nvcc -fatbin) and in the `.nv_fatbin` section of a host .so (objcopy).
+  `.fatbin` (nvcc -fatbin) and in the `.nv_fatbin` section of two host .so files (objcopy): one
+  that never mentions nvJitLink, one that dlopens `libnvJitLink.so.13` as cuFFT does.
 
 The oracle is what nvcc was asked to build and the documented rules, by hand: a unit for
 sm_100a runs only on 10.0 [FEAT], so on 9.0 and 12.x its kernels are never launched and the
 module runs (ok, with a note); on 10.0 k.cu's unit (sm_90, sm_120, compute_120) has no image
 (sm_90/sm_120 SASS are other majors [BIN], compute_120 PTX is newer than 10.0 [PTX]), so the
-module's general kernels fail there (partial); on 10.3 nothing fits (none). LTO IR for
-compute_90 is linked by nvJitLink for any GPU >= 9.0 [LTO], never by the driver, so its verdict
-follows the nvidia-nvjitlink installed beside it.
+module's general kernels fail there (partial); on 10.3 nothing fits (none). LTO IR is never
+loaded by the driver: on the H200 (tests/data/census/census-h200.json, shape 7) an nvcc-built .so
+with lto_90 + sm_100a failed with "no kernel image"; a library that links it itself through
+nvJitLink [LTO] runs it on any GPU >= 9.0 with an nvJitLink of its CUDA major.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def shapes() -> Path:
     requires(shutil.which("objcopy") is not None and shutil.which("cc") is not None, "objcopy and cc are needed")
     assert nvcc is not None
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256(json.dumps([version, K, G, K_FLAGS, G_FLAGS, LTO_FLAGS]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([version, K, G, K_FLAGS, G_FLAGS, LTO_FLAGS, "jitlink"]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("SM120PATCH_CACHE", Path.home() / ".cache" / "sm120patch")) / "census-shapes" / key
     if (root / ".complete").exists():
         return root
@@ -64,6 +66,7 @@ def shapes() -> Path:
     (tmp / "k.cu").write_text(K)
     (tmp / "g.cu").write_text(G)
     (tmp / "host.c").write_text("int host_symbol(void) { return 1; }\n")
+    (tmp / "jit.c").write_text('#include <dlfcn.h>\nvoid *load(void) { return dlopen("libnvJitLink.so.13", 2); }\n')
     _run([nvcc, "-c", "-Xcompiler", "-fPIC", "-o", "k.o", "k.cu", *K_FLAGS], tmp)
     _run([nvcc, "-c", "-Xcompiler", "-fPIC", "-o", "g.o", "g.cu", *G_FLAGS], tmp)
     _run([nvcc, "-shared", "-o", "multi.so", "k.o", "g.o"], tmp)
@@ -71,6 +74,9 @@ def shapes() -> Path:
     _run(["cc", "-shared", "-fPIC", "-o", "host.so", "host.c"], tmp)
     _run(["objcopy", "--add-section", ".nv_fatbin=lto_90.fatbin", "--set-section-flags",
           ".nv_fatbin=alloc,readonly,data", "host.so", "lto_90.so"], tmp)  # fmt: skip
+    _run(["cc", "-shared", "-fPIC", "-o", "jit.so", "jit.c"], tmp)
+    _run(["objcopy", "--add-section", ".nv_fatbin=lto_90.fatbin", "--set-section-flags",
+          ".nv_fatbin=alloc,readonly,data", "jit.so", "lto_90_jitlink.so"], tmp)  # fmt: skip
     (tmp / ".complete").touch()
     try:
         os.rename(tmp, root)
@@ -110,7 +116,7 @@ def test_nvcc_writes_lto_ir_as_entry_kind_8(shapes: Path) -> None:
     kind, _ev, _ehsize, _psize = struct.unpack_from("<HHIQ", data, hsize)
     sm = struct.unpack_from("<I", data, hsize + 28)[0]
     assert (kind, sm) == (8, 90)
-    for name in ("lto_90.fatbin", "lto_90.so"):
+    for name in ("lto_90.fatbin", "lto_90.so", "lto_90_jitlink.so"):
         code = read_file_code(shapes / name)
         assert [(e.kind, e.name) for e in code.entries] == [("lto", "sm_90")], (name, code)
 
@@ -143,26 +149,38 @@ def test_units_for_other_architectures_only_are_ok_with_a_note(tmp_path: Path, s
     assert {(p["gpu"], p["status"]) for p in report["problems"]} == {("sm_100", "partial"), ("sm_103", "none")}
 
 
-@pytest.mark.parametrize("name", ["lto_90.fatbin", "lto_90.so"])
-def test_lto_ir_is_judged_through_nvjitlink(tmp_path: Path, shapes: Path, name: str) -> None:
-    rel = f"nvidia/cu13/lib/{name}"
+def _lto_census(tmp_path: Path, shapes: Path, name: str, dists: dict[str, str], where: str) -> dict:
+    site = _site(tmp_path / where, {f"nvidia/cu13/lib/{name}": shapes / name}, dists)
     gpus = [Arch(9, 0), Arch(12, 0), Arch(8, 0)]
+    return census.census([site], gpus, driver="580.95.05", cache_root=tmp_path / "c", env={})
 
-    def judged(dists: dict[str, str], where: str) -> dict:
-        site = _site(tmp_path / where, {rel: shapes / name}, dists)
-        return census.census([site], gpus, driver="580.95.05", cache_root=tmp_path / "c", env={})
 
-    ok = judged({"nvidia-nvjitlink": "13.0.88"}, "with")
+def test_lto_ir_in_a_module_that_does_not_use_nvjitlink_cannot_run(tmp_path: Path, shapes: Path) -> None:
+    report = _lto_census(tmp_path, shapes, "lto_90.so", {"nvidia-nvjitlink": "13.0.88"}, "plain")
+    m = _module(report, "sm_90")
+    assert (m["status"], m["error"]) == ("none", "no kernel image is available for execution on the device"), m
+    assert "does not use nvJitLink" in m["why"]
+
+
+def test_lto_ir_of_a_module_that_uses_nvjitlink_follows_the_nvjitlink_installed(tmp_path: Path, shapes: Path) -> None:
+    name = "lto_90_jitlink.so"
+    ok = _lto_census(tmp_path, shapes, name, {"nvidia-nvjitlink": "13.0.88"}, "with")
     for gpu in ("sm_90", "sm_120"):
         m = _module(ok, gpu)
         assert (m["status"], m["how"], m["dist"]) == ("ok", "lto", "lto"), m
         assert "nvJitLink of CUDA 13" in m["why"] and "13.0.88 is installed" in m["why"]
     assert _module(ok, "sm_80")["status"] == "none"  # compute_90 IR: nothing for 8.0
-    none = judged({}, "without")
+    none = _lto_census(tmp_path, shapes, name, {}, "without")
     m = _module(none, "sm_90")
     assert (m["status"], m["dist"]) == ("unknown", "unknown"), m
     assert "cannot tell" in m["why"] and "no nvidia-nvjitlink" in m["why"]
     assert not [p for p in none["problems"] if p["gpu"] == "sm_90"]
-    old = judged({"nvidia-nvjitlink-cu12": "12.9.86"}, "old")
+    old = _lto_census(tmp_path, shapes, name, {"nvidia-nvjitlink-cu12": "12.9.86"}, "old")
     m = _module(old, "sm_90")
     assert m["status"] == "none" and "12.9.86 cannot link it" in m["why"], m
+
+
+def test_lto_ir_in_a_loose_fatbin_cannot_be_told(tmp_path: Path, shapes: Path) -> None:
+    report = _lto_census(tmp_path, shapes, "lto_90.fatbin", {"nvidia-nvjitlink": "13.0.88"}, "loose")
+    m = _module(report, "sm_90")
+    assert m["status"] == "unknown" and "cannot tell from the headers who links it" in m["why"], m

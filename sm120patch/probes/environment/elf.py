@@ -270,6 +270,20 @@ def _walk_fatbin(read: Reader, start: int, size: int, walk: _Walk | None = None)
 
 
 _SMALL_CUBIN = 64 << 10
+_MENTION_SECTIONS = (".dynstr", ".rodata")
+_MAX_MENTION = 8 << 20
+
+
+def _mentions(read: Reader, h: _Header, word: bytes) -> bool:
+    """Does `word` appear in the file's .dynstr (a symbol or DT_NEEDED it imports) or .rodata
+    (a library name it dlopens), each read only up to _MAX_MENTION bytes?"""
+    try:
+        for name, sh_type, off, size in _section_rows(read, h):
+            if name in _MENTION_SECTIONS and sh_type != 8 and word in read(off, min(size, _MAX_MENTION)):
+                return True
+    except (ElfError, struct.error):
+        pass
+    return False
 
 
 def _count_kernels(read: Reader, off: int, size: int) -> int:
@@ -328,6 +342,7 @@ class FileCode:
     note: str = ""  # read, but not all of it: why (a fatbin cut short at the reader's bounds)
     data_section: str = ""  # a data section of BIG_DATA bytes or more (".ldata 277 MB"): see BIG_DATA
     skipped: str = ""  # not read at all: why (not a regular file)
+    nvjitlink: bool = False  # its .dynstr/.rodata names nvJitLink: it links LTO IR itself (cuFFT dlopens it)
 
 
 def _open_regular(path: Path) -> tuple[int, str]:
@@ -369,7 +384,8 @@ def read_file_code(path: Path) -> FileCode:
             walk = _Walk()
             _fatbin_sections(read, h, walk)
             data = f"{walk.data[0]} {walk.data[1] >> 20} MB" if walk.data[1] else ""
-            return FileCode("so", walk.entries, note=walk.cut, data_section=data)
+            jit = (walk.data[1] > 0 or any(e.kind == "lto" for e in walk.entries)) and _mentions(read, h, b"nvJitLink")
+            return FileCode("so", walk.entries, note=walk.cut, data_section=data, nvjitlink=jit)
     except (OSError, ElfError, struct.error, ValueError) as e:
         return FileCode("other" if isinstance(e, OSError) else "so", error=str(e) or type(e).__name__)
 
