@@ -159,7 +159,7 @@ def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) 
             verdicts = {
                 m["path"]: module_verdict(m, a, driver, nvjitlink_for(m, versions))
                 for m in mods
-                if m["groups"] or m.get("data")
+                if m["groups"]  # a module with no fatbin code is no CUDA module, whatever data it keeps
             }
             none = sorted(p for p, v in verdicts.items() if v["status"] == "none")
             partial = sorted(p for p, v in verdicts.items() if v["status"] == "partial")

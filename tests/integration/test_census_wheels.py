@@ -162,6 +162,12 @@ def test_preflight_census_names_the_package_and_the_recipe(tmp_path: Path) -> No
     base += ["--no-torch", "--probe", "none"]
     r = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=300, env=env)
     report = json.loads(r.stdout)
+    # flashinfer-jit-cache is a package the server loads: it cannot run on sm_121, so preflight exits 1
+    assert r.returncode == 1, r.stderr
+    assert report["census_fails"] == [
+        "flashinfer-jit-cache 0.6.1 cannot run on sm_121 (none): "
+        "CUDA error: no kernel image is available for execution on the device"
+    ]
     c = report["census"]
     assert c["site_packages"] == [str(site.resolve())] and c["archs"] == ["sm_121"]
     (p,) = [p for p in c["problems"] if p["package"] == "flashinfer-jit-cache"]
