@@ -125,30 +125,47 @@ class _Cache:
 
 _CODE = re.compile(r"(sass|ptx|lto|kind\d+):sm_\d+[af]?(:\d+\.\d+)?")
 _RESULT_TEXT = ("kind", "error", "note", "data", "skipped")
+_GOOD_CODES: set[str] = set()  # code names already checked (a warm census sees few distinct ones)
+
+
+def _good_code(c: Any) -> bool:
+    if type(c) is str and _CODE.fullmatch(c):
+        _GOOD_CODES.add(c)
+        return True
+    return False
+
+
+_RESULT_KEYS = frozenset({*_RESULT_TEXT, "compressed", "groups", "empty_units", "nvjitlink"})
 
 
 def _valid(hit: Any) -> bool:
     """A cache entry this version would have written, down to each code name (anything else is
-    dropped and the file read again, never trusted: a hand-edited or corrupt cache)."""
-    if not (isinstance(hit, list) and len(hit) == 4 and isinstance(hit[3], dict)):
+    dropped and the file read again, never trusted: a hand-edited or corrupt cache). Tight, as a
+    warm census runs it once per file."""
+    if type(hit) is not list or len(hit) != 4:
         return False
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in hit[:3]):
+    size, mtime, ino, res = hit
+    if type(size) is not int or type(mtime) is not int or type(ino) is not int or type(res) is not dict:
         return False
-    res = hit[3]
-    if not all(isinstance(res.get(k), str) for k in _RESULT_TEXT) or not isinstance(res.get("compressed"), bool):
+    if res.keys() != _RESULT_KEYS or type(res["compressed"]) is not bool or type(res["empty_units"]) is not int:
         return False
-    if not isinstance(res.get("empty_units"), int) or res.get("nvjitlink") not in (True, False, None):
+    if res["nvjitlink"] not in (True, False, None):
         return False
-    groups = res.get("groups")
-    if not isinstance(groups, list):
+    for k in _RESULT_TEXT:
+        if type(res[k]) is not str:
+            return False
+    groups = res["groups"]
+    if type(groups) is not list:
         return False
     for g in groups:
-        if not (isinstance(g, list) and len(g) == 2 and isinstance(g[0], list) and g[0]):
+        if type(g) is not list or len(g) != 2:
             return False
-        if not (isinstance(g[1], int) and not isinstance(g[1], bool) and g[1] > 0):
+        codes, n = g
+        if type(codes) is not list or not codes or type(n) is not int or n <= 0:
             return False
-        if not all(isinstance(c, str) and _CODE.fullmatch(c) for c in g[0]):
-            return False
+        for c in codes:
+            if type(c) is not str or (c not in _GOOD_CODES and not _good_code(c)):
+                return False
     return True
 
 

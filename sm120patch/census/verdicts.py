@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -135,14 +136,16 @@ def _ptx_isas(modules: Sequence[dict[str, Any]]) -> list[str]:
 _NVJITLINK = ("nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-nvjitlink-cu11")
 
 
-def nvjitlink_for(module: dict[str, Any], versions: dict[str, str]) -> tuple[int | None, str, bool | None]:
-    """What LTO IR in `module` needs: the CUDA major of its NVIDIA wheel (its `nvidia/cuNN/`
-    folder), the nvidia-nvjitlink version installed ("" if none), and whether the module uses
-    nvJitLink (None for a loose fatbin: whoever loads it may)."""
-    import re
+_CUDA_FOLDER = re.compile(r"(?:^|/)cu(\d\d)(?:/|$)")
 
-    m = re.search(r"(?:^|/)cu(\d\d)(?:/|$)", module["path"])
-    have = next((versions[n] for n in _NVJITLINK if versions.get(n)), "")
+
+def nvjitlink_for(module: dict[str, Any], have: str) -> tuple[int | None, str, bool | None] | None:
+    """What LTO IR in `module` needs: the CUDA major of its NVIDIA wheel (its `nvidia/cuNN/`
+    folder), the nvidia-nvjitlink version installed (`have`, "" if none), and whether the module
+    uses nvJitLink (None for a loose fatbin: whoever loads it may). None: the module has no LTO IR."""
+    if not any(c.startswith("lto:") for sig, _ in module["groups"] for c in sig):
+        return None
+    m = _CUDA_FOLDER.search(module["path"])
     return (int(m.group(1)) if m else None), have, module.get("nvjitlink")
 
 
@@ -151,21 +154,28 @@ def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) 
     from sm120patch.census.fixes import fix_for, note_for
 
     versions = scan.get("dist_versions") or {}
+    have = next((versions[n] for n in _NVJITLINK if versions.get(n)), "")
     rows = []
     for d in scan["distributions"]:
         mods = d["modules"]
+        links = {m["path"]: nvjitlink_for(m, have) for m in mods}
         per_gpu: dict[str, Any] = {}
         for a in archs:
             verdicts = {
-                m["path"]: module_verdict(m, a, driver, nvjitlink_for(m, versions))
+                m["path"]: module_verdict(m, a, driver, links[m["path"]])
                 for m in mods
                 if m["groups"]  # a module with no fatbin code is no CUDA module, whatever data it keeps
             }
-            none = sorted(p for p, v in verdicts.items() if v["status"] == "none")
-            partial = sorted(p for p, v in verdicts.items() if v["status"] == "partial")
-            unknown = sorted(p for p, v in verdicts.items() if v["status"] == "unknown")
-            jit = sorted(p for p, v in verdicts.items() if v["status"] != "none" and v["how"] == "jit")
-            lto = sorted(p for p, v in verdicts.items() if v["status"] != "none" and v["how"] == "lto")
+            by: dict[str, list[str]] = {"none": [], "partial": [], "unknown": [], "jit": [], "lto": [], "note": []}
+            for p, v in verdicts.items():  # one pass: flashinfer-cubin has thousands of modules
+                st = v["status"]
+                if st in ("none", "partial", "unknown"):
+                    by[st].append(p)
+                if st != "none" and v["how"] in ("jit", "lto"):
+                    by[v["how"]].append(p)
+                if v["note"]:
+                    by["note"].append(p)
+            none, partial, unknown, jit, lto = (sorted(by[k]) for k in ("none", "partial", "unknown", "jit", "lto"))
             status = (
                 "none"
                 if none and len(none) == len(verdicts)
@@ -196,7 +206,7 @@ def judge_site(scan: dict[str, Any], archs: Sequence[Arch], driver: str | None) 
                 ],
                 "fix": fix_for(d["name"], d["version"], a, _images(mods, "sass")) if none or partial else "",
                 "note": note_for(d["name"], a) if none or partial else "",
-                "notes": [f"{p}: {v['note']}" for p, v in sorted(verdicts.items()) if v["note"]]
+                "notes": [f"{p}: {verdicts[p]['note']}" for p in sorted(by["note"])]
                 + [f"{p}: {verdicts[p]['why']}" for p in unknown],
             }
         rows.append(
