@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "census": (
         "sm120patch.cli.census:census_cmd",
-        "Can these GPUs run this environment's CUDA code? (no SGLang needed)",
+        "Can these GPUs run the installed CUDA code?",
     ),
     "plan": ("sm120patch.cli.tree:plan_cmd", "Dry run: each recipe's status on PATH and its diff."),
     "apply": ("sm120patch.cli.tree:apply_cmd", "Probe each recipe, then journal and write what was proven."),
