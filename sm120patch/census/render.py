@@ -70,9 +70,22 @@ def render_lines(report: dict[str, Any]) -> list[str]:
         if p.get("note"):
             out.append(f"    note: {p['note']}")
     for r in rows:
+        other = []  # one line per distribution for units kept for other GPUs: a fact, not an alarm
+        unknown: dict[tuple[str, str], list[str]] = {}  # (module, why) -> GPUs
         for gpu, g in r["gpus"].items():
-            for n in g.get("notes", []):
-                out.append(f"  note: {r['name']} {r['version']} on {gpu}: {n}")
+            mods = [v for v in g["modules"].values() if v.get("other_arch_units")]
+            if mods:
+                n, units = sum(v["other_arch_units"] for v in mods), sum(v["units"] for v in mods)
+                other.append(f"{gpu} {n} of {units} units in {len(mods)} module{'s' if len(mods) > 1 else ''}")
+            for p in g.get("unknown", []):
+                unknown.setdefault((p, g["modules"][p]["why"]), []).append(gpu)
+        for (p, why), gpus in unknown.items():
+            out.append(f"  note: {r['name']} {r['version']} on {', '.join(gpus)}: {p}: {why}")
+        if other:
+            out.append(
+                f"  note: {r['name']} {r['version']}: units built only for other architectures (kernels the "
+                f"library picks on those GPUs, never launched here; not counted as missing): {'; '.join(other)}"
+            )
         for u in r["unreadable"]:
             out.append(f"  note: {r['name']}: {u['path']} could not be read ({u['error']}); not judged")
         for c in r.get("cut_short", []):

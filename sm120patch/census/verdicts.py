@@ -95,9 +95,10 @@ def _verdict(
     if status == "partial" and first_missing is not None:
         why, error = f"{missing} of {units} translation units: {first_missing.why}", first_missing.error
     if status == "none" and data:
+        carried = ", ".join(sort_names({c.name for codes, _ in groups for c in codes}))
         status, error = "unknown", ""
         why = (
-            f"cannot tell from the headers: its .nv_fatbin has {why.replace('no image for', 'nothing for')}, but it "
+            f"cannot tell from the headers: its .nv_fatbin holds no image for this GPU (only {carried}), but it "
             f"keeps {data} of data the census does not read, where a library may hold kernels it loads "
             "itself (cuFFT 12 keeps its kernels and their LTO IR there)"
         )
