@@ -166,6 +166,10 @@ def preflight_cmd(
       sm120patch preflight --bundle /opt/sm120patch/bundle
     exits 1, naming the recipe and the command that takes it back, when the node cannot
     run what the image opened (another GPU, a swapped FlashInfer, bytes not the bundle's).
+
+    Exits 1 too when torch, sgl-kernel / sglang-kernel or FlashInfer cannot run on a GPU it
+    judged (the census). Without SGLang it says so and still reports the machine and the census
+    (`sm120patch census` is that part alone).
     """
     from sm120patch.engine.preflight import preflight, render
 

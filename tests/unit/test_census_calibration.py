@@ -114,6 +114,16 @@ def test_the_old_false_alarms_are_gone() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("gpu", [Arch(12, 0), Arch(12, 1)])
+def test_nvidias_cuda_13_libraries_are_not_called_broken_on_sm12x(gpu: Arch) -> None:
+    """No SM12x GPU ran here; the oracle is NVIDIA's support matrix: the CUDA 13.0 libraries
+    support compute capability 7.5 to 12.1 (CUDA 13.0 release notes). Before, the census said
+    partial (cuBLAS, cuDNN, cuSPARSE, cuSPARSELt, NCCL) and NO (cuFFT) on both."""
+    for dist in RECORD["distributions"]:
+        if dist.startswith("nvidia-") and RECORD["distributions"][dist].get("result"):
+            assert census_now(dist, gpu) in (*OK_STATUSES, "-"), (dist, gpu.name)
+
+
 def _gencode_codes(gencode: str) -> list[Code]:
     """`arch=compute_90,code=sm_90` -> the image nvcc was asked for (sm_ SASS, compute_ PTX, lto_ LTO IR)."""
     code = gencode.split("code=")[1]
