@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Measure the census (issue 22): warm must be under 1 s on a full environment; cold is shown.
+"""Measure the census (issues 22, 30): a warm census must stay under 100 ms; cold is shown.
 
 The environment is every site-packages the test caches hold: the torch + FlashInfer venv of
 tests/integration/fi_releases.py (thousands of .so files, most without a fatbin) and the
-unpacked sglang-kernel 0.4.10 (x86_64 and aarch64, 1.2 GB) and torchvision wheels of
-tests/integration/test_census_wheels.py. Run those tests first to fill the cache.
+unpacked sglang-kernel 0.4.10 (x86_64 and aarch64, 1.2 GB), torchvision and NVIDIA CUDA 13
+(nvidia-cublas, -cufft, -cusparse) wheels of tests/integration/test_census_wheels.py. Run those
+tests first to fill the cache. The H200 image of issue 30 (844 files of 16 distributions, 34 ms
+warm there) is smaller than this set; the "per 1,000 files" line scales the warm figure.
 
 And flashinfer-cubin's 5,292 loose cubins (the tree the probe tests unpack), or, when that
 is not cached, a synthetic distribution of --cubins loose cubins of the same order.
@@ -36,7 +38,7 @@ from sm120patch import census  # noqa: E402
 from sm120patch.arch import Arch  # noqa: E402
 from tools.releases import cache_dir  # noqa: E402
 
-WARM_LIMIT_S = 1.0
+WARM_LIMIT_S = 0.1
 
 
 def cubin_site(root: Path, n: int) -> Path:
@@ -121,6 +123,13 @@ def main() -> int:
         census.census(ss, archs, cache_root=cache, env={})
         warm_s, _ = timed(lambda: census.census(ss, archs, cache_root=cache, env={}), a.reps)
         r = census.census(ss, archs, cache_root=cache, env={})
+        # an image's worth: every site but flashinfer-cubin's 5,292 loose cubins (the H200 image of
+        # issue 30 had 844 files; the target is for such an image)
+        image = [s for s in ss if "cubin" not in s.name]
+        image_paths = candidates(image)
+        image_files = len(image_paths)
+        image_floor_s, _ = timed(lambda: floor(image_paths), a.reps)
+        image_s, _ = timed(lambda: census.census(image, archs, cache_root=cache, env={}), a.reps)
     res = {
         "sites": [str(s) for s in ss],
         "files": files,
@@ -129,14 +138,21 @@ def main() -> int:
         "cold_s": round(cold_s, 4),
         "warm_s": round(warm_s, 4),
         "warm_over_floor": round(warm_s / floor_s, 2) if floor_s else None,
-        "warm_ok": warm_s < WARM_LIMIT_S,
+        "warm_per_1000_files_s": round(warm_s / files * 1000, 4) if files else None,
+        "image_files": image_files,
+        "image_floor_stat_s": round(image_floor_s, 4),
+        "image_warm_s": round(image_s, 4),
+        "warm_ok": image_s < WARM_LIMIT_S,
     }
     print(f"census: {len(ss)} site-packages, {files} candidate files, {res['distributions_with_cuda']} with CUDA code")
     print(f"  floor (stat each file)  {floor_s * 1000:8.1f} ms")
     print(f"  cold census (page cache warm) {cold_s * 1000:8.1f} ms")
+    print(f"  warm census             {warm_s * 1000:8.1f} ms  = {res['warm_over_floor']}x floor")
+    print(f"  warm per 1,000 files    {res['warm_per_1000_files_s'] * 1000:8.1f} ms")
     print(
-        f"  warm census             {warm_s * 1000:8.1f} ms  = {res['warm_over_floor']}x floor; "
-        f"target < {WARM_LIMIT_S:.0f} s: {'met' if res['warm_ok'] else 'MISSED'}"
+        f"  warm census, an image ({image_files} files, flashinfer-cubin aside) {image_s * 1000:8.1f} ms "
+        f"(floor {image_floor_s * 1000:.1f} ms); target < {WARM_LIMIT_S * 1000:.0f} ms: "
+        f"{'met' if res['warm_ok'] else 'MISSED'}"
     )
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))

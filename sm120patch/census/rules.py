@@ -21,6 +21,10 @@ not ours; each function cites where they are written:
       minor >= Y): sm_100f on 10.0 and 10.3, sm_120f on 12.0 and 12.1 (also NVIDIA's "NVIDIA
       Blackwell and NVIDIA CUDA 12.9 Introduce Family-Specific Architecture Features",
       developer.nvidia.com/blog, 2025).
+[LTO] nvJitLink documentation (https://docs.nvidia.com/cuda/nvjitlink/, "Compatibility"): LTO IR
+      (nvcc `code=lto_XY`, fatbin entry kind 8) is not loaded by the driver (checked on an H200:
+      docs/census.md); a library that uses nvJitLink links it at run time for the GPU it runs on
+      (any GPU >= X.Y, as PTX), and nvJitLink links only IR of its own CUDA major release.
 [DRV] CUDA Compatibility guide (https://docs.nvidia.com/deploy/cuda-compatibility/) and the
       CUDA Toolkit release notes' table of toolkit and minimum driver versions: a driver JIT-
       compiles PTX only up to the PTX ISA of the CUDA version it ships with; newer PTX fails
@@ -40,6 +44,7 @@ from sm120patch.arch import Arch
 # prefixes "CUDA error: "). `sm120patch diagnose` names both (patches/signatures.toml:
 # no-kernel-image, ptx-jit-too-new); tests/unit/test_census_rules.py checks it does.
 NO_IMAGE_ERROR = "no kernel image is available for execution on the device"
+NO_NVJITLINK_ERROR = "libnvJitLink.so: cannot open shared object file (or one of another CUDA major release)"
 PTX_TOO_NEW_ERROR = "the provided PTX was compiled with an unsupported toolchain."
 
 # PTX ISA version each CUDA release introduced (PTX ISA manual, "Release Notes" table).
@@ -76,9 +81,9 @@ _DRIVER_CUDA = [
 
 @dataclass(frozen=True)
 class Code:
-    """One image in a fatbin: SASS (`sass`) or PTX (`ptx`) for sm/compute `sm` with suffix."""
+    """One image in a fatbin: SASS (`sass`), PTX (`ptx`) or LTO IR (`lto`) for `sm` with suffix."""
 
-    kind: str  # "sass" or "ptx"
+    kind: str  # "sass", "ptx", "lto" (or "kind<N>": an entry kind the reader does not know)
     sm: int  # 120
     suffix: str = ""  # "", "a", "f"
     isa: str = ""  # PTX ISA version of a PTX image ("9.0")
@@ -89,17 +94,23 @@ class Code:
 
     @property
     def name(self) -> str:
-        prefix = "sm" if self.kind == "sass" else "compute"
+        prefix = {"sass": "sm", "ptx": "compute", "lto": "lto"}.get(self.kind, self.kind)
         return f"{prefix}_{self.sm}{self.suffix}"
 
     @classmethod
     def parse(cls, text: str) -> Code:
         """`sass:sm_120a`, `ptx:sm_120:9.0` (elf.FatbinEntry.code)."""
-        kind, name, *rest = text.split(":")
+        kind, name, *rest = [*text.split(":"), ""][:3] if text.count(":") >= 1 else ("", text, "")
         m = re.fullmatch(r"sm_(\d+)([af]?)", name)
-        if not m:
+        if not m or not re.fullmatch(r"sass|ptx|lto|kind\d+", kind):
             raise ValueError(f"not a code name: {text!r}")
         return cls(kind, int(m.group(1)), m.group(2), rest[0] if rest else "")
+
+
+def major_of(version: str | None) -> int | None:
+    """The major release of a version string (`13.0.88` -> 13); None when there is none."""
+    m = re.match(r"(\d+)", version or "")
+    return int(m.group(1)) if m else None
 
 
 def sass_runs_on(code: Code, gpu: Arch) -> bool:
@@ -153,11 +164,20 @@ class Verdict:
     why: str  # one line
 
 
-def judge(codes: list[Code], gpu: Arch, driver: str | None = None) -> Verdict:
-    """The loader's choice for `gpu` among `codes`: a compatible SASS first, else PTX it can JIT.
+def judge(
+    codes: list[Code],
+    gpu: Arch,
+    driver: str | None = None,
+    nvjitlink: tuple[int | None, str, bool | None] | None = None,
+) -> Verdict:
+    """The loader's choice for `gpu` among `codes`: a compatible SASS first, else PTX it can JIT,
+    else LTO IR the library links through nvJitLink [LTO].
 
     With `driver` unknown (no GPU here, `--arch`), a PTX is taken as JIT-able and the why says
-    the ISA it needs; with a known driver, PTX newer than the driver's ISA does not count."""
+    the ISA it needs; with a known driver, PTX newer than the driver's ISA does not count.
+    `nvjitlink`: (the CUDA major the LTO IR needs, or None when not known; the nvidia-nvjitlink
+    version installed, "" when none; whether the module uses nvJitLink, None when it cannot be
+    told) -- None when not asked."""
     sass = [c for c in codes if c.kind == "sass" and sass_runs_on(c, gpu)]
     if sass:
         best = max(sass, key=lambda c: (c.sm, c.suffix != ""))
@@ -169,6 +189,9 @@ def judge(codes: list[Code], gpu: Arch, driver: str | None = None) -> Verdict:
         best = max(fits, key=lambda c: c.sm)
         isa = f" (PTX ISA {best.isa}" + (", driver-dependent)" if limit is None else ")") if best.isa else ""
         return Verdict(True, "jit", best.name, "", f"{best.name} PTX JIT-compiles for {gpu.name}{isa}")
+    lto = [c for c in codes if c.kind == "lto" and ptx_targets(c, gpu)]
+    if lto and not ptx:
+        return _judge_lto(max(lto, key=lambda c: c.sm), gpu, nvjitlink)
     if ptx:
         newest = max(ptx, key=lambda c: _isa(c.isa) or (0, 0))
         have = f"{limit[0]}.{limit[1]}" if limit else "?"
@@ -182,6 +205,39 @@ def judge(codes: list[Code], gpu: Arch, driver: str | None = None) -> Verdict:
     carried = sorted({c.name for c in codes}, key=_sort_key)
     return Verdict(
         False, "none", "", NO_IMAGE_ERROR, f"no image for {gpu.name} among {', '.join(carried) or 'nothing'}"
+    )
+
+
+def _judge_lto(best: Code, gpu: Arch, nvjitlink: tuple[int | None, str, bool | None] | None) -> Verdict:
+    """LTO IR that fits `gpu` and nothing else does [LTO]. The driver never loads it (on an H200
+    an nvcc-built .so with lto_90 + sm_100a failed with "no kernel image": docs/census.md); it
+    runs only where the library links it itself through nvJitLink of its CUDA major."""
+    need, have, links = nvjitlink if nvjitlink is not None else (None, "", None)
+    want = f"nvJitLink of CUDA {need} (nvidia-nvjitlink {need}.*)" if need else "nvJitLink"
+    how = f"{best.name} LTO IR fits {gpu.name}, which only nvJitLink links (the driver does not load it)"
+    if links is False:
+        return Verdict(False, "none", "", NO_IMAGE_ERROR, f"{how}, and this module does not use nvJitLink")
+    if links is None:
+        return Verdict(True, "unknown", best.name, "", f"{how}: cannot tell from the headers who links it")
+    if have and (need is None or major_of(have) == need):
+        return Verdict(
+            True, "lto", best.name, "", f"{how}; the module uses {want}: nvidia-nvjitlink {have} is installed"
+        )
+    if have:
+        return Verdict(
+            False,
+            "none",
+            "",
+            NO_NVJITLINK_ERROR,
+            f"{how}; the module needs {want}: nvidia-nvjitlink {have} cannot link it",
+        )
+    return Verdict(
+        True,
+        "unknown",
+        best.name,
+        "",
+        f"{how}; the module uses {want}, and no nvidia-nvjitlink is installed here: cannot tell whether a "
+        "libnvJitLink of that release is on the library path",
     )
 
 

@@ -39,6 +39,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sm120patch.cli.info:preflight_cmd",
         "This box: GPUs, CUDA, torch, SGLang, FlashInfer, verdicts.",
     ),
+    "census": (
+        "sm120patch.cli.census:census_cmd",
+        "Can these GPUs run the installed CUDA code?",
+    ),
     "plan": ("sm120patch.cli.tree:plan_cmd", "Dry run: each recipe's status on PATH and its diff."),
     "apply": ("sm120patch.cli.tree:apply_cmd", "Probe each recipe, then journal and write what was proven."),
     "status": ("sm120patch.cli.tree:status_cmd", "What is applied to PATH, what changed since, proofs."),

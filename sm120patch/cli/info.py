@@ -166,6 +166,10 @@ def preflight_cmd(
       sm120patch preflight --bundle /opt/sm120patch/bundle
     exits 1, naming the recipe and the command that takes it back, when the node cannot
     run what the image opened (another GPU, a swapped FlashInfer, bytes not the bundle's).
+
+    Exits 1 too when torch, sgl-kernel / sglang-kernel or FlashInfer cannot run on a GPU it
+    judged (the census). Without SGLang it says so and still reports the machine and the census
+    (`sm120patch census` is that part alone).
     """
     from sm120patch.engine.preflight import preflight, render
 
@@ -176,7 +180,11 @@ def preflight_cmd(
 
     recipes = common.load_recipes(opts.recipe_dir)
     # what `apply --installed` would patch (both packages where both are installed: bug 13)
-    targets = targets_for([], True, opts.package, opts.python) if path is None else discover(path, opts.package)
+    missing = ""
+    if path is None:
+        targets, missing = _installed_targets(opts.package, opts.python, site_packages)
+    else:
+        targets = discover(path, opts.package)
     archs, arch_note = resolve_archs(opts.arch)
     fi = resolve_flashinfer(targets, opts.flashinfer, opts.python)
     report = preflight(
@@ -190,6 +198,25 @@ def preflight_cmd(
         python=opts.python,
         census_sites=None if no_census else list(site_packages),
     )
+    if missing:
+        report["sglang_missing"] = missing
     common.write_report(report, report_file, opts.as_json, render)
     blocked = any(fails(r["status"]) for r in report["recipes"])
-    return EXIT_FAILED if blocked else EXIT_OK
+    return EXIT_FAILED if blocked or report.get("census_fails") else EXIT_OK
+
+
+def _installed_targets(
+    package: str | None, python: str | None, site_packages: tuple[Path, ...]
+) -> tuple[list[Any], str]:
+    """What `apply --installed` would patch; with no SGLang installed (a vLLM or plain-torch
+    environment, an image being built) no targets and the reason, so the machine report and the
+    census still answer. Another mistake (a --python that does not run) stays exit 2."""
+    try:
+        return targets_for([], True, package, python), ""
+    except UserError as e:
+        if "not installed" not in str(e):
+            raise
+        for site in site_packages:  # --site-packages DIR holding sglang/: that one
+            if (site / "sglang" / "__init__.py").is_file() and package in (None, "sglang"):
+                return discover(site / "sglang", package), ""
+        return [], str(e)

@@ -97,7 +97,19 @@ def preflight(
         dirs = [t.package_dir for t in targets]
         report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
         _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
+        report["census_fails"] = census_fails(report["census"])
     return report
+
+
+def census_fails(census: dict[str, Any]) -> list[str]:
+    """One line per package a server loads (torch, sgl-kernel/sglang-kernel, flashinfer) that cannot
+    run on a GPU it was judged for: each fails every server start, so preflight exits 1."""
+    from sm120patch.census.scan import SERVER_PACKAGES, failing
+
+    return [
+        f"{p['package']} {p['version']} cannot run on {p['gpu']} ({p['status']}): {'; '.join(p['you_will_see'])}"
+        for p in failing(census, SERVER_PACKAGES)
+    ]
 
 
 def _note_backport(
@@ -207,6 +219,10 @@ def render(report: dict[str, Any]) -> str:
         )
     for tgt in report["targets"]:
         out.append(f"{tgt['package']}: {tgt['version']} at {tgt['root']}")
+    if report.get("sglang_missing"):
+        out.append(
+            f"sglang: not found ({report['sglang_missing']}); no recipe to plan, the machine and census still answer"
+        )
     fi = report.get("flashinfer") or {}
     if fi.get("package_dir"):
         out.append(f"flashinfer: {fi.get('version')} at {fi.get('package_dir')}")
@@ -217,7 +233,10 @@ def render(report: dict[str, Any]) -> str:
     out.append(f"probe level: {report['probe_level']}")
     out.append("")
     width = max((len(r["id"]) for r in report["recipes"]), default=10)
-    out.append(f"{'recipe':<{width}}  {'status':<14} {'rung':<8} what to do")
+    if report["recipes"]:
+        out.append(f"{'recipe':<{width}}  {'status':<14} {'rung':<8} what to do")
+    else:
+        out.append("recipes: none planned (no SGLang or FlashInfer tree to patch)")
     for r in report["recipes"]:
         out.append(f"{r['id']:<{width}}  {r['status']:<14} {r['rung']:<8} {r['advice']}")
         out.append(f"{'':<{width}}  {r['reason']}")
@@ -227,4 +246,6 @@ def render(report: dict[str, Any]) -> str:
         from sm120patch.census.render import render_lines
 
         out += ["", *render_lines(report["census"])]
+    for line in report.get("census_fails", []):
+        out.append(f"census: {line} (preflight exits 1)")
     return "\n".join(out)

@@ -34,7 +34,7 @@ import pytest
 
 from sm120patch import census
 from sm120patch.arch import Arch
-from sm120patch.census import scan
+from sm120patch.census import render, scan
 from tests.conftest import fetch_or_skip, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
@@ -162,6 +162,12 @@ def test_preflight_census_names_the_package_and_the_recipe(tmp_path: Path) -> No
     base += ["--no-torch", "--probe", "none"]
     r = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=300, env=env)
     report = json.loads(r.stdout)
+    # flashinfer-jit-cache is a package the server loads: it cannot run on sm_121, so preflight exits 1
+    assert r.returncode == 1, r.stderr
+    assert report["census_fails"] == [
+        "flashinfer-jit-cache 0.6.1 cannot run on sm_121 (none): "
+        "CUDA error: no kernel image is available for execution on the device"
+    ]
     c = report["census"]
     assert c["site_packages"] == [str(site.resolve())] and c["archs"] == ["sm_121"]
     (p,) = [p for p in c["problems"] if p["package"] == "flashinfer-jit-cache"]
@@ -205,13 +211,85 @@ def test_flashinfer_cubin_images_match_their_names(tmp_path: Path) -> None:
 
 
 def test_a_cpu_torch_is_named_as_such(tmp_path: Path) -> None:
-    """The CPU torch 2.13.0 of the probe tests' venv (`+cpu` in its version: PyTorch's CPU
-    index) carries no CUDA code; the census says so instead of listing nothing."""
-    from tests.integration.fi_releases import spec_venv
-
-    py = spec_venv()
-    (site,) = {s for s in census.site_packages_for(str(py))}
-    report = census.census([site], [SM120], cache_root=tmp_path, env={})
+    """A CPU torch (`2.13.0+cpu`, PyTorch's CPU index) carries shared objects but no CUDA code;
+    the census says so instead of listing nothing. Built here, not installed: `pip install
+    torch==2.13.0` from PyPI on Linux x86_64 is the CUDA 13.0 build (`+cu130`, gigabytes), so the
+    CPU case is a dist-info of its own whose libraries are host ELFs cc builds without a fatbin."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("cc is not on PATH (it builds the CPU library)")
+    site = tmp_path / "site"
+    lib = site / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "cpu.c").write_text("int at_cpu_kernel(int x) { return x + 1; }\n")
+    for name in ("libtorch_cpu.so", "libc10.so"):
+        r = subprocess.run(
+            [cc, "-shared", "-fPIC", "-o", str(lib / name), str(tmp_path / "cpu.c")], capture_output=True
+        )
+        assert r.returncode == 0, r.stderr
+    info = site / "torch-2.13.0+cpu.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n")
+    (info / "RECORD").write_text(
+        "torch/lib/libtorch_cpu.so,,\ntorch/lib/libc10.so,,\ntorch-2.13.0+cpu.dist-info/RECORD,,\n"
+    )
+    report = census.census([site], [SM120], cache_root=tmp_path / "c", env={})
     assert not [r for r in report["distributions"] if r["name"] == "torch"]
     (note,) = [n for n in report["notes"] if n.startswith("torch ")]
-    assert "+cpu" in note and "no CUDA code" in note
+    assert note.startswith("torch 2.13.0+cpu has no CUDA code in its 2 shared objects (a CPU build)"), note
+
+
+# NVIDIA's CUDA 13 math libraries from PyPI. The oracle for 9.0 is the GPU: on an NVIDIA H200
+# (driver 580.159.04) cuFFT fft/rfft2, cuSPARSE CSR x dense and cuBLAS/cuBLASLt matmuls ran
+# (issue 30; tests/unit/test_census_calibration.py holds the recorded run). For 12.0/12.1 it is
+# NVIDIA's support matrix: the CUDA 13.0 libraries support compute capability 7.5 to 12.1
+# (CUDA 13.0 release notes, "Supported architectures"). Before issue 30 the census called
+# cuFFT `NO` and cuSPARSE/cuBLAS `partial` on all three.
+NVIDIA_GPUS = [Arch(9, 0), SM120, SM121]
+
+
+def _nvidia(report: dict, name: str) -> dict:
+    row = _row(report, name)
+    assert not [p for p in report["problems"] if p["package"] == name], report["problems"]
+    return row
+
+
+def test_nvidia_cufft_12_keeps_its_kernels_where_the_headers_cannot_tell(tmp_path: Path) -> None:
+    from sm120patch.probes.environment.elf import read_file_code
+
+    site = _site("nvidia-cufft", "12.0.0.61", "manylinux2014_x86_64")
+    lib = site / "nvidia" / "cu13" / "lib" / "libcufft.so.12"
+    code = read_file_code(lib)
+    # what made the old census say NO: its .nv_fatbin is one sm_75 cubin; the kernels are in .ldata
+    assert [e.code for e in code.entries] == ["sass:sm_75"] and code.data_section.startswith(".ldata ")
+    report = census.census([site], NVIDIA_GPUS, driver="580.159.04", cache_root=tmp_path, env={})
+    row = _nvidia(report, "nvidia-cufft")
+    for gpu in ("sm_90", "sm_120", "sm_121"):
+        g = row["gpus"][gpu]
+        assert g["status"] == "unknown", g
+        v = g["modules"]["nvidia/cu13/lib/libcufft.so.12"]
+        assert v["why"].startswith("cannot tell from the headers") and ".ldata" in v["why"], v
+    assert "cannot tell from the headers" in "\n".join(render.render_lines(report))
+
+
+def test_nvidia_cusparse_12_6_runs_with_its_single_arch_units_noted(tmp_path: Path) -> None:
+    site = _site("nvidia-cusparse", "12.6.3.3", "manylinux2014_x86_64")
+    report = census.census([site], NVIDIA_GPUS, driver="580.159.04", cache_root=tmp_path, env={})
+    row = _nvidia(report, "nvidia-cusparse")
+    for gpu, image in (("sm_90", "sm_90"), ("sm_120", "sm_120"), ("sm_121", "sm_120")):
+        g = row["gpus"][gpu]
+        v = g["modules"]["nvidia/cu13/lib/libcusparse.so.12"]
+        assert (g["status"], v["status"], v["image"]) == ("ok", "ok", image), v
+        assert v["other_arch_units"] > 0 and "only other architectures' code" in v["note"]
+
+
+@pytest.mark.slow
+def test_nvidia_cublas_13_1_runs_on_hopper_and_sm12x(tmp_path: Path) -> None:
+    site = _site("nvidia-cublas", "13.1.0.3", "manylinux_2_27_x86_64")
+    report = census.census([site], NVIDIA_GPUS, driver="580.159.04", cache_root=tmp_path, env={})
+    row = _nvidia(report, "nvidia-cublas")
+    for gpu in ("sm_90", "sm_120", "sm_121"):
+        g = row["gpus"][gpu]
+        assert g["status"] == "ok", g
+        lt = g["modules"]["nvidia/cu13/lib/libcublasLt.so.13"]
+        assert lt["status"] == "ok" and lt["other_arch_units"] > 100, lt  # sm_100-only, sm_103-only, ... units

@@ -10,7 +10,7 @@ compressed: nvcc 13 compresses PTX by default and SASS with `-Xfatbin -compress-
 are skipped, so a 1 GB extension costs a few kilobytes of reads.
 
 Fatbin entry header (little-endian), as nvcc 13.0 writes it (checked on its output in
-tests/unit/test_census_nvcc.py): u16 kind (1 PTX, 2 ELF/SASS), u16 version, u32
+tests/unit/test_census_nvcc.py): u16 kind (1 PTX, 2 ELF/SASS, 8 LTO IR: `code=lto_90`), u16 version, u32
 header size, u64 payload size, u32 compressed size, u32 -, u16 minor, u16 major (for
 PTX: the PTX ISA version, e.g. 9.0 from CUDA 13.0), u32 SM number, u32/u32 name,
 u64 flags (0x100000 `a`, 0x200000 `f`, 0x2000/0x8000 compressed).
@@ -18,7 +18,9 @@ u64 flags (0x100000 `a`, 0x200000 `f`, 0x2000/0x8000 compressed).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +32,7 @@ EM_CUDA = 190
 ELFABIVERSION_CUDA_V1 = 7  # SM number in the low byte of e_flags
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTION = ".nv_fatbin"
-_KINDS = {1: "ptx", 2: "sass"}
+_KINDS = {1: "ptx", 2: "sass", 8: "lto"}  # 8: nvcc 13.0 `-gencode arch=compute_90,code=lto_90`
 # Entry flag bits seen with nvcc 13.0 (sm_90a, sm_120a, sm_120f): the arch-specific suffix.
 _FLAG_ARCH_SPECIFIC = 0x100000
 _FLAG_FAMILY = 0x200000
@@ -38,7 +40,19 @@ _FLAG_COMPRESSED = 0x2000 | 0x8000  # CUDA 11-12 `-compress-all` (0x2000); CUDA 
 # Bounds that keep a corrupt or hostile file from making the reader loop or allocate without end
 _MAX_SECTIONS = 65536
 _MAX_NAMES = 1 << 22
-_MAX_ENTRIES = 1 << 22
+# What a real fatbin holds is far below these (cuBLASLt 13.1's .nv_fatbin: 2,782 containers, 5,737
+# entries; cuFFT 12 keeps 23,984 containers in .ldata); past them a file is cut short, and says
+# so, rather than costing time without bound (a zero-filled or sparse section).
+_MAX_ENTRIES = 1 << 18
+_MAX_CONTAINERS = 1 << 17
+_MAX_PADDING = 1 << 16  # zero bytes between two containers (nvcc aligns them to 8)
+_MAX_PADDING_TOTAL = 1 << 20  # zero bytes skipped in one file, all gaps together
+_PAD_CHUNK = 4096
+# A data section this large beside a .nv_fatbin that cannot run is where a library may keep
+# kernels it loads itself (cuFFT 12: 23,984 fatbin containers in `.ldata`, one sm_75 cubin in
+# .nv_fatbin): the headers cannot tell
+BIG_DATA = 16 << 20
+_DATA_SECTIONS = (".ldata", ".lrodata", ".rodata", ".data", ".data.rel.ro")
 
 
 class ElfError(ValueError):
@@ -53,6 +67,7 @@ class FatbinEntry:
     compressed: bool
     isa: str = ""  # PTX entries: the PTX ISA version ("9.0"); "" for SASS
     container: int = 0  # which fatbin container (translation unit) of the section it is in
+    kernels: int = -1  # small uncompressed SASS: how many kernels its cubin has (-1: not counted)
 
     @property
     def name(self) -> str:
@@ -177,19 +192,57 @@ def _sections(data: bytes, h: _Header) -> Iterator[tuple[str, int, int]]:
             yield name, offset, size
 
 
-def _walk_fatbin(read: Reader, start: int, size: int) -> list[FatbinEntry]:
-    """Entries of the fatbin containers laid end to end in [start, start+size), headers only."""
-    out: list[FatbinEntry] = []
-    pos, stop, container = start, start + size, 0
-    while pos + 16 <= stop and len(out) < _MAX_ENTRIES:
+class _Walk:
+    """Entries found, and why the walk stopped early ("" when it read the whole section)."""
+
+    def __init__(self) -> None:
+        self.entries: list[FatbinEntry] = []
+        self.cut = ""
+        self.data: tuple[str, int] = ("", 0)  # the largest data section of at least BIG_DATA bytes
+        self.padding = 0  # zero bytes skipped so far
+
+
+def _skip_zeros(read: Reader, pos: int, stop: int, walk: _Walk) -> int:
+    """The first 8-aligned offset at or after `pos` (within `stop`) that is not zero padding,
+    reading at most _MAX_PADDING bytes (and _MAX_PADDING_TOTAL in all); -1 past that."""
+    limit = min(stop, pos + _MAX_PADDING, pos + max(0, _MAX_PADDING_TOTAL - walk.padding))
+    start = pos
+    while pos < limit:
+        chunk = read(pos, min(_PAD_CHUNK, limit - pos))
+        if not chunk:
+            return stop
+        stripped = chunk.lstrip(b"\0")
+        if stripped:
+            pos += ((len(chunk) - len(stripped)) // 8) * 8
+            walk.padding += pos - start
+            return pos
+        pos += len(chunk)
+    walk.padding += pos - start
+    return pos if pos >= stop else -1
+
+
+def _walk_fatbin(read: Reader, start: int, size: int, walk: _Walk | None = None) -> list[FatbinEntry]:
+    """Entries of the fatbin containers laid end to end in [start, start+size), headers only;
+    bounded by the entries, containers and padding a real fatbin has (walk.cut says where not)."""
+    walk = walk if walk is not None else _Walk()
+    out = walk.entries
+    pos, stop, container, first = start, start + size, 0, len(out)
+    while pos + 16 <= stop:
+        if len(out) >= _MAX_ENTRIES or container >= _MAX_CONTAINERS:
+            walk.cut = f"cut short after {len(out)} entries in {container} containers (more than a real fatbin has)"
+            break
         head = read(pos, 16)
         if len(head) < 16:
             raise ElfError(f"fatbin container header at {pos} is past the end of the file")
         magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", head)
         if magic != FATBIN_MAGIC:
-            # containers are 8-byte aligned; skip padding, stop at anything else
+            # containers are 8-byte aligned; skip a bounded run of padding, stop at anything else
             if magic == 0:
-                pos += 8
+                nxt = _skip_zeros(read, pos, stop, walk)
+                if nxt < 0:
+                    walk.cut = f"cut short at offset {pos}: zero bytes where a fatbin container should be"
+                    break
+                pos = max(nxt, pos + 8)
                 continue
             break
         if hsize < 16:
@@ -207,11 +260,49 @@ def _walk_fatbin(read: Reader, start: int, size: int) -> list[FatbinEntry]:
             suffix = "f" if flags & _FLAG_FAMILY else "a" if flags & _FLAG_ARCH_SPECIFIC else ""
             kind_name = _KINDS.get(kind, f"kind{kind}")
             isa = f"{major}.{minor}" if kind_name == "ptx" and major else ""
-            out.append(FatbinEntry(kind_name, sm, suffix, bool(flags & _FLAG_COMPRESSED), isa, container))
+            compressed = bool(flags & _FLAG_COMPRESSED)
+            kernels = _count_kernels(read, q + ehsize, psize) if kind == 2 and not compressed else -1
+            out.append(FatbinEntry(kind_name, sm, suffix, compressed, isa, container, kernels))
             q += ehsize + psize
         container += 1
         pos = pos + hsize + fsize
-    return out
+    return out[first:]
+
+
+_SMALL_CUBIN = 64 << 10
+_MENTION_SECTIONS = (".dynstr", ".rodata")
+_MAX_MENTION = 8 << 20
+
+
+def _mentions(read: Reader, h: _Header, word: bytes) -> bool:
+    """Does `word` appear in the file's .dynstr (a symbol or DT_NEEDED it imports) or .rodata
+    (a library name it dlopens), each read only up to _MAX_MENTION bytes?"""
+    try:
+        for name, sh_type, off, size in _section_rows(read, h):
+            if name in _MENTION_SECTIONS and sh_type != 8 and word in read(off, min(size, _MAX_MENTION)):
+                return True
+    except (ElfError, struct.error):
+        pass
+    return False
+
+
+def _count_kernels(read: Reader, off: int, size: int) -> int:
+    """Kernels (`.text.<symbol>` sections) of a small uncompressed cubin payload at `off`, read
+    from its section headers; -1 when it is large (not counted: a real library) or unreadable.
+    nvcc's device-link unit (`nvcc -shared`, cuFFTW's one sm_75 cubin) has none: no call needs it."""
+    if size > _SMALL_CUBIN or size < 64:
+        return -1
+
+    def sub(o: int, n: int) -> bytes:
+        return read(off + o, max(0, min(n, size - o))) if 0 <= o < size else b""
+
+    try:
+        h = _header(sub(0, 64))
+        if h.machine != EM_CUDA:
+            return -1
+        return sum(1 for name, *_ in _section_rows(sub, h) if name.startswith(".text."))
+    except (ElfError, struct.error):
+        return -1
 
 
 def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
@@ -219,13 +310,21 @@ def fatbin_entries(blob: bytes) -> list[FatbinEntry]:
     return _walk_fatbin(_bytes_reader(blob), 0, len(blob))
 
 
-def _fatbin_sections(read: Reader, h: _Header) -> list[FatbinEntry]:
-    out: list[FatbinEntry] = []
+def _fatbin_sections(read: Reader, h: _Header, walk: _Walk | None = None) -> list[FatbinEntry]:
+    walk = walk if walk is not None else _Walk()
     for name, sh_type, off, size in _section_rows(read, h):
         if name == FATBIN_SECTION and sh_type != 8:
-            base = out[-1].container + 1 if out else 0
-            out.extend(replace(e, container=e.container + base) for e in _walk_fatbin(read, off, size))
-    return out
+            base = walk.entries[-1].container + 1 if walk.entries else 0
+            sub = _Walk()
+            _walk_fatbin(read, off, size, sub)
+            room = _MAX_ENTRIES - len(walk.entries)
+            walk.entries.extend(replace(e, container=e.container + base) for e in sub.entries[:room])
+            walk.cut = walk.cut or sub.cut
+            if len(sub.entries) > room and not walk.cut:
+                walk.cut = f"cut short after {len(walk.entries)} entries (more than a real fatbin has)"
+        elif name in _DATA_SECTIONS and sh_type != 8 and size >= BIG_DATA and size > walk.data[1]:
+            walk.data = (name, size)
+    return walk.entries
 
 
 def so_fatbin_entries(data: bytes) -> list[FatbinEntry]:
@@ -237,25 +336,56 @@ def so_fatbin_entries(data: bytes) -> list[FatbinEntry]:
 class FileCode:
     """What one file holds, read by seeks: its kind and, for a host ELF, its fatbin entries."""
 
-    kind: str  # "cubin", "so" (any host ELF), "other"
+    kind: str  # "cubin", "so" (any host ELF), "fatbin" (a loose one), "other"
     entries: list[FatbinEntry] = field(default_factory=list)
     error: str = ""
+    note: str = ""  # read, but not all of it: why (a fatbin cut short at the reader's bounds)
+    data_section: str = ""  # a data section of BIG_DATA bytes or more (".ldata 277 MB"): see BIG_DATA
+    skipped: str = ""  # not read at all: why (not a regular file)
+    nvjitlink: bool = False  # its .dynstr/.rodata names nvJitLink: it links LTO IR itself (cuFFT dlopens it)
+
+
+def _open_regular(path: Path) -> tuple[int, str]:
+    """A read-only descriptor of `path` when it is a regular file, else (-1, what it is).
+    O_NONBLOCK: opening a FIFO (a RECORD may name one) must not wait for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISREG(mode):
+        return fd, ""
+    os.close(fd)
+    what = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+    return -1, what.get(stat.S_IFMT(mode), "a socket" if stat.S_ISSOCK(mode) else "a directory")
 
 
 def read_file_code(path: Path) -> FileCode:
     """Classify one file and read its fatbin entry headers (a cubin counts as one SASS entry);
-    reads only headers, never the payloads; never raises for bad input."""
+    reads only headers, never the payloads, and only regular files; never raises for bad input."""
     try:
-        with open(path, "rb") as f:
+        fd, other = _open_regular(path)
+        if fd < 0:
+            return FileCode("other", skipped=f"{other}, not a regular file: not read")
+        with os.fdopen(fd, "rb") as f:
             read = _file_reader(f)
             head = read(0, 64)
+            if head[:4] == struct.pack("<I", FATBIN_MAGIC):  # a loose .fatbin (nvcc -fatbin)
+                walk = _Walk()
+                _walk_fatbin(read, 0, os.fstat(f.fileno()).st_size, walk)
+                return FileCode("fatbin", walk.entries, note=walk.cut)
             if head[:4] != ELF_MAGIC:
                 return FileCode("other")
             h = _header(head)
             if h.machine == EM_CUDA:
                 sm = sm_from_flags(h.flags, h.abiversion)
                 return FileCode("cubin", [FatbinEntry("sass", sm, _cubin_suffix(read, h), False)])
-            return FileCode("so", _fatbin_sections(read, h))
+            walk = _Walk()
+            _fatbin_sections(read, h, walk)
+            data = f"{walk.data[0]} {walk.data[1] >> 20} MB" if walk.data[1] else ""
+            jit = (walk.data[1] > 0 or any(e.kind == "lto" for e in walk.entries)) and _mentions(read, h, b"nvJitLink")
+            return FileCode("so", walk.entries, note=walk.cut, data_section=data, nvjitlink=jit)
     except (OSError, ElfError, struct.error, ValueError) as e:
         return FileCode("other" if isinstance(e, OSError) else "so", error=str(e) or type(e).__name__)
 
@@ -287,7 +417,7 @@ def _cubin_suffix(read: Reader, h: _Header) -> str:
 def scan_file(path: Path) -> FileArchs:
     """Classify one file and list its SM numbers; never raises for bad input."""
     code = read_file_code(path)
-    res = FileArchs(str(path), code.kind, error=code.error)
+    res = FileArchs(str(path), code.kind, error=code.error or code.skipped)
     res.sass = sorted({e.sm for e in code.entries if e.kind == "sass"})
     res.ptx = sorted({e.sm for e in code.entries if e.kind == "ptx"})
     return res
