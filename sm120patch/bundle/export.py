@@ -337,6 +337,9 @@ def write(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700: the bundle is for the image's users too
         for name, text in patches.items():
             (tmp / name).write_bytes(text.encode("utf-8"))
         (tmp / SERIES).write_text("".join(f"{n}\n" for n in bundle.series), encoding="utf-8")

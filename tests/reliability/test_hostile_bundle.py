@@ -34,29 +34,28 @@ ALLREDUCE = "sglang-allreduce-fusion-sm120"
 FIRST = f"0001-{ALLREDUCE}.patch"  # patches communicator.py and server_args.py
 
 
-def contents(root: Path) -> dict[str, bytes]:
-    """Every file and link under `root` (links by their target, folders by a marker): the oracle."""
-    out: dict[str, bytes] = {}
-    if root.is_symlink() or root.is_file():
-        return {".": b"link:" + os.readlink(root).encode() if root.is_symlink() else root.read_bytes()}
-    for dirpath, dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        for name in sorted(dirnames + filenames):
-            p = d / name
-            rel = p.relative_to(root).as_posix()
-            if p.is_symlink():
-                out[rel] = b"link:" + os.readlink(p).encode()
-            elif p.is_dir():
-                out[rel + "/"] = b""
-            elif p.is_file():
-                out[rel] = p.read_bytes()
-            else:
-                out[rel] = b"special"
+def contents(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file and link under `root`: bytes (links by their target, folders by a marker) and
+    mtime, so a file written back with its own bytes counts too. The oracle of every case."""
+    out: dict[str, tuple[bytes, int]] = {}
+    paths = [root] if root.is_symlink() or not root.is_dir() else sorted(root.rglob("*"))
+    for p in paths:
+        rel = p.relative_to(root).as_posix()
+        st = p.lstat()
+        if p.is_symlink():
+            out[rel] = (b"link:" + os.readlink(p).encode(), 0)
+        elif p.is_dir():
+            out[rel + "/"] = (b"", 0)
+        elif p.is_file():
+            out[rel] = (p.read_bytes() if st.st_size < 1 << 20 else b"sparse:%d" % st.st_size, st.st_mtime_ns)
+        else:
+            out[rel] = (b"special", st.st_mtime_ns)
     return out
 
 
-def bytes_lost(before: dict[str, bytes], after: dict[str, bytes]) -> int:
-    return sum(len(v) for k, v in before.items() if after.get(k) != v)
+def bytes_lost(before: dict[str, tuple[bytes, int]], after: dict[str, tuple[bytes, int]]) -> int:
+    """Bytes of files that are gone or hold other bytes now."""
+    return sum(len(v[0]) for k, v in before.items() if k not in after or after[k][0] != v[0])
 
 
 def refused(args: list[str], names: tuple[str, ...], watched: list[Path], timeout: float = 120) -> str:
@@ -184,7 +183,7 @@ def test_force_replaces_our_own_bundle_and_leaves_nothing_beside_it(made: Path, 
     (out / FIRST).write_text("an older export\n")  # a damaged or older bundle of ours may be replaced
     r = cli(*export_args(tree, out, "--force"))
     assert r.returncode == 0, r.stderr
-    assert contents(out) == contents(made)
+    assert {k: v[0] for k, v in contents(out).items()} == {k: v[0] for k, v in contents(made).items()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "tree"]  # no temp or old folder left
     count("hostile_bundle_cases")
 
@@ -297,8 +296,8 @@ def hostile_bundle(made: Path, dest: Path, edit: Callable[[str], str]) -> Path:
     text = p.read_text()
     p.write_text(
         edit(text)
-        .replace("a/VICTIM", f"a{dest.parent / 'victim.py'}")
-        .replace("b/VICTIM", f"b{dest.parent / 'victim.py'}")
+        .replace("a/VICTIM", f"a/{dest.parent / 'victim.py'}")  # a//tmp/...: an absolute path
+        .replace("b/VICTIM", f"b/{dest.parent / 'victim.py'}")
     )
     assert p.read_text() != text
     rehash(b)
@@ -416,7 +415,7 @@ def test_a_good_bundle_still_applies_and_rolls_back(made: Path, node: Path) -> N
     r = cli("apply", "--bundle", str(made), str(node), *ARCH, "--no-diff")
     assert r.returncode == 0, r.stderr
     for rel in (COMMUNICATOR_REL, SERVER_ARGS_REL, MODEL_RUNNER_REL):
-        assert (node / rel).read_bytes() != before[rel]
+        assert (node / rel).read_bytes() != before[rel][0]
     assert cli("preflight", "--bundle", str(made), str(node), *ARCH).returncode == 0
     assert cli("rollback", str(node)).returncode == 0
-    assert contents(node) == before
+    assert {k: v[0] for k, v in contents(node).items()} == {k: v[0] for k, v in before.items()}
