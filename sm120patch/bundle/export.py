@@ -334,9 +334,11 @@ def write(
     manifest lists are removed, each checked again as it goes, never a tree."""
     shown = out.expanduser()
     out = check_output(out, trees, force=force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    tmp: Path | None = None
+    old: Path | None = None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700: the bundle is for the image's users too
@@ -349,20 +351,39 @@ def write(
             check_output(out, trees, force=force)  # again: the plan took a while
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
             os.rename(out, old)  # onto the empty folder just made: no name another run could hold
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                os.rename(old, out)
-                raise
-            _remove_bundle(old, shown)
+            _move_in(tmp, out, old, shown)
         else:
-            if out.is_dir():
-                out.rmdir()  # empty
-            os.rename(tmp, out)
+            os.rename(tmp, out)  # onto an empty folder or none; a folder filled meanwhile: ENOTEMPTY
+        tmp = None
+    except OSError as e:
+        if old is not None and old.is_dir() and not any(old.iterdir()):
+            old.rmdir()  # made, but the bundle was never moved into it
+        raise BundleError(
+            f"{shown}: cannot write the bundle ({e.strerror or e}); what was there is as it was: "
+            "choose a folder you may write, on a disk with space"
+        ) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone already unless something failed
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if old is not None:
+        _remove_bundle(old, shown)
     bundle.dir = shown
     return out
+
+
+def _move_in(tmp: Path, out: Path, old: Path, shown: Path) -> None:
+    """The new bundle into place; if that fails, the earlier one (moved to `old`) back."""
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        try:
+            os.rename(old, out)
+        except OSError as e:
+            raise BundleError(
+                f"{shown}: the new bundle could not be moved in, nor the earlier one back ({e.strerror}); "
+                f"the earlier bundle is at {old}: move it back yourself"
+            ) from None
+        raise
 
 
 def _remove_bundle(old: Path, shown: Path) -> None:

@@ -167,7 +167,7 @@ def as_recipes(bundle: Bundle, scratch: Path) -> list[Recipe]:
             elif line.startswith(("--- a/", "+++ b/")) and line[6:].startswith(prefix):
                 line = line[:6] + line[6 + len(prefix) :]
             lines.append(line)
-        diff = scratch / f"{r.id}.diff"
+        diff = scratch / f"{Path(r.patch).stem}.diff"  # NNNN-<id>: read.py checked the name and id
         diff.write_text("".join(lines), encoding="utf-8", newline="")
         version = bundle.target(r.package).version  # type: ignore[union-attr]
         out.append(

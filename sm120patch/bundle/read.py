@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -93,6 +94,7 @@ def _is_sha(v: Any) -> bool:
     return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # what a catalogue file name can hold
 _MAX_PATH = 1024  # characters of a path in a bundle; a package's deepest file is ~150
 _MAX_PARTS = 32
 
@@ -146,6 +148,21 @@ def _strings(path: Path, key: str, raw: list[Any]) -> list[str]:
     return list(raw)
 
 
+def _no_control_characters(mpath: Path, data: Any) -> None:
+    """No string of the manifest holds a control character but a newline or tab: they are printed
+    to terminals (ids, reasons, proofs) and written into the journal. Export never writes one."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        key, v = todo.pop()
+        if isinstance(v, dict):
+            todo += [(f"{key}.{k}" if key else str(k), x) for k, x in v.items()]
+            todo += [(f"{key}.{k}" if key else str(k), k) for k in v]
+        elif isinstance(v, list):
+            todo += [(f"{key}[{i}]", x) for i, x in enumerate(v)]
+        elif isinstance(v, str) and any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in v):
+            raise _fail(mpath, key, "holds a control character", "export the bundle again")
+
+
 def check_shape(mpath: Path, data: Any) -> dict[str, Any]:
     """A manifest's format, schema and top-level keys and types (what export writes), or BundleError."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -177,6 +194,7 @@ def read(folder: Path) -> Bundle:
     except (ValueError, RecursionError) as e:
         raise BundleError(f"{mpath}: unreadable ({e}); export the bundle again") from None
     check_shape(mpath, data)
+    _no_control_characters(mpath, data)
     for i, a in enumerate(_strings(mpath, "arch", data["arch"])):
         try:
             parse_arch(a)
@@ -217,6 +235,8 @@ def _read_recipe(
 
     key = f"recipes[{i}]"
     r = _table(mpath, key, raw, _RECIPE)
+    if not _ID.fullmatch(r["id"]):  # it names files (scratch diffs) and journal entries: never a path
+        raise _fail(mpath, f"{key}.id", f"{r['id'][:80]!r} is not a recipe id", "export the bundle again")
     if r["package"] not in packages:
         raise _fail(mpath, f"{key}.package", f"{r['package']!r} is not among targets", "export the bundle again")
     if r["status"] not in IN_BUNDLE:  # the vocabulary export writes from (status.py)
@@ -243,8 +263,10 @@ def _read_recipe(
         files.append(FileChange(f["path"], f["before"], f["after"]))
     if r["patch"] is not None:
         name = r["patch"]
-        if not _PATCH_NAME.fullmatch(name):
-            raise _fail(mpath, f"{key}.patch", f"{name!r} is not a patch file name", "export the bundle again")
+        if not _PATCH_NAME.fullmatch(name) or not name.endswith(f"-{r['id']}.patch"):
+            raise _fail(
+                mpath, f"{key}.patch", f"{name[:80]!r} is not a patch file name of {r['id']}", "export the bundle again"
+            )
         if name in texts:
             raise _fail(mpath, f"{key}.patch", f"{name} is the patch of two recipes", "export the bundle again")
         ppath = folder / name

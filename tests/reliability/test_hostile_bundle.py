@@ -367,7 +367,29 @@ def _deep_path(b: Path) -> None:
     _manifest_path("sglang/" + "d/" * 3000 + "x.py")(b)
 
 
+def _edit(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def edit(b: Path) -> None:
+        data = json.loads((b / "manifest.json").read_text())
+        change(data)
+        (b / "manifest.json").write_text(json.dumps(data))
+
+    return edit
+
+
+def _id_is_a_path(b: Path) -> None:
+    """apply --bundle named a scratch file after the id: `../../x` wrote x.diff (the patch) anywhere."""
+    _edit(lambda d: d["recipes"][0].update(id="../" * 12 + str(b.parent)[1:] + "/PWNED"))(b)
+
+
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"  # a terminal clipboard write, as a not-exported recipe's reason
+
 HOSTILE_FOLDERS: dict[str, tuple[Callable[[Path], None], str]] = {
+    "a recipe id that is a path": (_id_is_a_path, "is not a recipe id"),
+    "a reason holding an OSC 52 clipboard write": (
+        _edit(lambda d: d["recipes"][-1].update(reason=OSC52)),
+        "control character",
+    ),
+    "a proof holding a carriage return": (_edit(lambda d: d["recipes"][0].update(proof="ok\rFAKE")), "control"),
     "manifest and patch name sglang/../../victim.py": (_manifest_path("sglang/../../victim.py"), "manifest.json"),
     "manifest and patch name an absolute path": (_manifest_path("/etc/passwd"), "manifest.json"),
     "manifest and patch name sglang/./srt/x.py": (_manifest_path("sglang/./srt/layers/communicator.py"), "manifest"),
@@ -389,7 +411,7 @@ def test_bundle_folder_that_is_not_what_export_wrote(case: str, made: Path, node
     watched = [node, tmp_path / "victim.py"]
     refused(["apply", "--bundle", str(b), str(node), *ARCH, "--no-diff"], (word,), watched, timeout=60)
     refused(["preflight", "--bundle", str(b), str(node), *ARCH], (word,), watched, timeout=60)
-    assert not (node / ".sm120patch").exists()
+    assert not (node / ".sm120patch").exists() and not list(tmp_path.glob("PWNED*"))
 
 
 # --- the tree side: a patched file reached through a symlink ---------------------------------------
