@@ -16,7 +16,12 @@ nothing is written to the trees. The output is reproducible: no wall clock (the 
 `$SOURCE_DATE_EPOCH`, else 1970), no machine paths, sorted keys.
 
 Reading is strict, like recipes and journals: a damaged or hand-edited bundle is refused with
-one line naming the file, the key and the fix, never half-trusted.
+one line naming the file, the key and the fix, never half-trusted. A bundle is input to a tool
+that runs as root in image builds, so a re-hashed patch proves nothing by its sha256: each patch
+must touch exactly the files its manifest entry lists (`patch_targets` reads the whole file as
+`git apply` would), every path a plain one under the package, every file of the bundle a plain
+file of a bounded size. `export --force` replaces only a folder holding such a bundle and
+nothing else.
 """
 
 from __future__ import annotations

@@ -150,7 +150,8 @@ def _strings(path: Path, key: str, raw: list[Any]) -> list[str]:
 
 def _no_control_characters(mpath: Path, data: Any) -> None:
     """No string of the manifest holds a control character but a newline or tab: they are printed
-    to terminals (ids, reasons, proofs) and written into the journal. Export never writes one."""
+    to terminals (ids, reasons, proofs) and written into the journal, and a lone surrogate
+    (`"\\ud800"` in JSON) cannot be written at all. Export never writes either."""
     todo: list[tuple[str, Any]] = [("", data)]
     while todo:
         key, v = todo.pop()
@@ -159,8 +160,13 @@ def _no_control_characters(mpath: Path, data: Any) -> None:
             todo += [(f"{key}.{k}" if key else str(k), k) for k in v]
         elif isinstance(v, list):
             todo += [(f"{key}[{i}]", x) for i, x in enumerate(v)]
-        elif isinstance(v, str) and any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in v):
-            raise _fail(mpath, key, "holds a control character", "export the bundle again")
+        elif isinstance(v, str) and any(_unprintable(c) for c in v):
+            raise _fail(mpath, key, "holds a control character or a lone surrogate", "export the bundle again")
+
+
+def _unprintable(c: str) -> bool:
+    n = ord(c)
+    return (n < 0x20 and c not in "\n\t") or 0x7F <= n <= 0x9F or 0xD800 <= n <= 0xDFFF
 
 
 def check_shape(mpath: Path, data: Any) -> dict[str, Any]:

@@ -390,6 +390,7 @@ HOSTILE_FOLDERS: dict[str, tuple[Callable[[Path], None], str]] = {
         "control character",
     ),
     "a proof holding a carriage return": (_edit(lambda d: d["recipes"][0].update(proof="ok\rFAKE")), "control"),
+    "a title holding a lone surrogate": (_edit(lambda d: d["recipes"][0].update(title="\ud800")), "surrogate"),
     "manifest and patch name sglang/../../victim.py": (_manifest_path("sglang/../../victim.py"), "manifest.json"),
     "manifest and patch name an absolute path": (_manifest_path("/etc/passwd"), "manifest.json"),
     "manifest and patch name sglang/./srt/x.py": (_manifest_path("sglang/./srt/layers/communicator.py"), "manifest"),
