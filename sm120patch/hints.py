@@ -20,3 +20,11 @@ def rollback_command(where: Path | str, recipes: Sequence[str] = ()) -> str:
 def apply_command(*paths: Path | str, flags: Sequence[str] = ()) -> str:
     """`sm120patch apply PATH... [FLAGS]`, quoted the same way."""
     return shlex.join(["sm120patch", "apply", *map(str, paths), *flags])
+
+
+def git_reverse_command(where: Path | str, patches: Sequence[Path | str], directory: str | None = None) -> str:
+    """`cd WHERE && git apply -R [--directory=DIR] PATCH && ...` (patches in the order given),
+    each argument quoted, for a tree patched with git that no journal records."""
+    flags = [f"--directory={directory}"] if directory else []
+    steps = [shlex.join(["git", "apply", "-R", *flags, str(p)]) for p in patches]
+    return " && ".join([shlex.join(["cd", str(where)]), *steps])

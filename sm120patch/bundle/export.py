@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120patch import __version__
+from sm120patch.catalogue.datafile import one_line
 from sm120patch.hints import rollback_command
 
 if TYPE_CHECKING:
@@ -23,10 +24,14 @@ if TYPE_CHECKING:
     from sm120patch.probes.recipe_probe import ProbeResult
 
 from sm120patch.bundle.format import (
+    _PATCH_NAME,
     APPLY_FROM,
     CLONE_DIRECTORY,
     EXPORTED,
+    FORMAT,
     MANIFEST,
+    MAX_MANIFEST_BYTES,
+    SCHEMA,
     SERIES,
     Bundle,
     BundleError,
@@ -257,35 +262,148 @@ def _body(entry: BundleRecipe, t: Target, run: RunSettings, number: int, total: 
     return "\n".join(lines)
 
 
-def write(bundle: Bundle, patches: dict[str, str], out: Path, *, force: bool = False) -> Path:
-    """Write the bundle into `out` (absent or empty; an earlier bundle only with `force`),
-    through a temporary folder beside it, so a reader never sees half a bundle."""
-    out = out.expanduser()
+def check_output(out: Path, trees: Sequence[Path] = (), *, force: bool = False) -> Path:
+    """Refuse, before anything is planned, written or removed, an output folder export may not
+    use: a symlink, a file, a folder inside a tree being exported (export writes nothing there),
+    or a non-empty folder, which `force` may replace only when it is a bundle export wrote
+    and holds nothing else. Returns `out`, absolute."""
+    shown = out
+    out = out.expanduser().absolute()
+    if out.is_symlink():
+        raise BundleError(
+            f"{shown}: is a symlink ({os.readlink(out)}); give the folder itself (-o {out.resolve()}) or a new one"
+        )
     if out.exists() and not out.is_dir():
-        raise BundleError(f"{out}: is a file; give a folder for the bundle (-o DIR)")
-    existing = out.is_dir() and any(out.iterdir())
-    if existing and not (force and (out / MANIFEST).is_file()):
-        hint = "pass --force to replace the earlier bundle" if (out / MANIFEST).is_file() else "pick a new folder"
-        raise BundleError(f"{out}: exists and is not empty; {hint}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+        raise BundleError(f"{shown}: is a file; give a folder for the bundle (-o DIR)")
+    real = out.resolve()
+    for root in trees:
+        if real.is_relative_to(root.resolve()):
+            raise BundleError(
+                f"{shown}: is inside {root}, a tree being exported (export writes nothing into it); "
+                "choose a folder outside it"
+            )
+    if not out.is_dir() or not any(out.iterdir()):
+        return out
+    if not force:
+        mine = _not_ours(out) is None
+        hint = "pass --force to replace the earlier bundle" if mine else "choose an empty folder or remove it yourself"
+        raise BundleError(f"{shown}: exists and is not empty; {hint}")
+    why = _not_ours(out)
+    if why is not None:
+        raise BundleError(
+            one_line(
+                f"{shown}: --force replaces only a bundle sm120patch wrote, and {why}; "
+                "choose an empty folder or remove it yourself"
+            )
+        )
+    return out
+
+
+def _not_ours(folder: Path) -> str | None:
+    """Why `folder` is not a bundle export wrote, holding only its files (None: it is one)."""
+    from sm120patch.bundle.read import check_shape, read_plain
+
     try:
+        data = json.loads(read_plain(folder / MANIFEST, MAX_MANIFEST_BYTES, ""))
+    except (BundleError, ValueError, RecursionError):
+        return f"its {MANIFEST} is missing, not a plain file or not JSON"
+    try:
+        check_shape(folder / MANIFEST, data)
+    except BundleError:
+        return f"its {MANIFEST} is not an sm120patch bundle manifest (format {FORMAT!r}, schema {SCHEMA})"
+    series = data["series"]
+    if not all(isinstance(n, str) and _PATCH_NAME.fullmatch(n) for n in series):
+        return f"its {MANIFEST} lists a patch that is not a patch file name"
+    allowed = {MANIFEST, SERIES, *series}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name not in allowed:
+            return f"it holds {entry.name!r}, which its {MANIFEST} does not list"
+        if entry.is_symlink():
+            return f"{entry.name} is a symlink, which export never writes"
+        if not entry.is_file(follow_symlinks=False):
+            return f"{entry.name} is not a plain file"
+    return None
+
+
+def write(
+    bundle: Bundle, patches: dict[str, str], out: Path, *, force: bool = False, trees: Sequence[Path] = ()
+) -> Path:
+    """Write the bundle into `out` (absent or empty; with `force`, a bundle export wrote),
+    through a temporary folder beside it, so a reader never sees half a bundle and a failed
+    export leaves the earlier bundle as it was. Of the earlier bundle only the files its
+    manifest lists are removed, each checked again as it goes, never a tree."""
+    shown = out.expanduser()
+    out = check_output(out, trees, force=force)
+    tmp: Path | None = None
+    old: Path | None = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700: the bundle is for the image's users too
         for name, text in patches.items():
             (tmp / name).write_bytes(text.encode("utf-8"))
         (tmp / SERIES).write_text("".join(f"{n}\n" for n in bundle.series), encoding="utf-8")
         manifest = json.dumps(bundle.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         (tmp / MANIFEST).write_bytes(manifest.encode("utf-8"))
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+        if out.is_dir() and any(out.iterdir()):
+            check_output(out, trees, force=force)  # again: the plan took a while
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.rename(out, old)  # onto the empty folder just made: no name another run could hold
+            _move_in(tmp, out, old, shown)
         else:
-            os.rename(tmp, out)
+            os.rename(tmp, out)  # onto an empty folder or none; a folder filled meanwhile: ENOTEMPTY
+        tmp = None
+    except OSError as e:
+        if old is not None and old.is_dir() and not any(old.iterdir()):
+            old.rmdir()  # made, but the bundle was never moved into it
+        raise BundleError(
+            f"{shown}: cannot write the bundle ({e.strerror or e}); what was there is as it was: "
+            "choose a folder you may write, on a disk with space"
+        ) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    bundle.dir = out
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if old is not None:
+        _remove_bundle(old, shown)
+    bundle.dir = shown
     return out
+
+
+def _move_in(tmp: Path, out: Path, old: Path, shown: Path) -> None:
+    """The new bundle into place; if that fails, the earlier one (moved to `old`) back."""
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        try:
+            os.rename(old, out)
+        except OSError as e:
+            raise BundleError(
+                f"{shown}: the new bundle could not be moved in, nor the earlier one back ({e.strerror}); "
+                f"the earlier bundle is at {old}: move it back yourself"
+            ) from None
+        raise
+
+
+def _remove_bundle(old: Path, shown: Path) -> None:
+    """Remove the earlier bundle, moved aside: its plain files that a bundle holds, then the
+    folder. Anything else (put there while export ran) stays, and the folder is named."""
+    left = []
+    for entry in os.scandir(old):
+        ours = entry.name in (MANIFEST, SERIES) or _PATCH_NAME.fullmatch(entry.name)
+        if ours and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+        else:
+            left.append(entry.name)
+    if left:
+        raise BundleError(
+            one_line(
+                f"{shown}: the bundle is written; the earlier one, moved to {old}, now holds "
+                f"{', '.join(sorted(left))}, which export did not write: look at it and remove it yourself"
+            )
+        )
+    old.rmdir()
 
 
 # --- one entry point for the CLI ---------------------------------------------------------------
@@ -295,6 +413,8 @@ def export(
     targets: Sequence[Target], recipes: Sequence[Recipe], run: RunSettings, out: Path, *, force: bool = False
 ) -> tuple[Bundle, list]:
     """Plan the targets and write the bundle to `out`; nothing in the targets is written."""
+    trees = [t.root for t in targets]
+    check_output(out, trees, force=force)  # before the plan: a refusal costs no probe
     bundle, patches, plans = build(targets, recipes, run)
-    write(bundle, patches, out, force=force)
+    write(bundle, patches, out, force=force, trees=trees)
     return bundle, plans

@@ -16,7 +16,12 @@ nothing is written to the trees. The output is reproducible: no wall clock (the 
 `$SOURCE_DATE_EPOCH`, else 1970), no machine paths, sorted keys.
 
 Reading is strict, like recipes and journals: a damaged or hand-edited bundle is refused with
-one line naming the file, the key and the fix, never half-trusted.
+one line naming the file, the key and the fix, never half-trusted. A bundle is input to a tool
+that runs as root in image builds, so a re-hashed patch proves nothing by its sha256: each patch
+must touch exactly the files its manifest entry lists (`patch_targets` reads the whole file as
+`git apply` would), every path a plain one under the package, every file of the bundle a plain
+file of a bounded size. `export --force` replaces only a folder holding such a bundle and
+nothing else.
 """
 
 from __future__ import annotations
@@ -56,6 +61,12 @@ HOW_TO_APPLY = [
     "check a node before serving: sm120patch preflight --bundle BUNDLE",
 ]
 _PATCH_NAME = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
+# lines that `git apply` or `patch` would take for a diff's start, wherever they stand in a patch file
+_HEADER_WORDS = ("diff ", "--- ", "+++ ", "*** ", "Index:", "@@", "GIT binary patch", "Binary files ")
+# what a bundle's files may weigh: a real manifest is tens of KB, a real patch a few KB (a
+# FlashInfer backport tens); far more is a damaged or hostile bundle, refused before it is read
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_PATCH_BYTES = 16 << 20
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -128,6 +139,8 @@ class Bundle:
     targets: list[BundleTarget]
     flashinfer: dict[str, Any] | None  # the FlashInfer the probes judged when it was made
     recipes: list[BundleRecipe]
+    # patch file name -> the text the reader checked (apply uses these bytes, not a second read)
+    patch_texts: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def series(self) -> list[str]:
@@ -229,10 +242,11 @@ def diffstat(diff: str) -> str:
 
 
 def _safe_body(text: str) -> str:
-    """Lines that `git am` or `patch` would take for the start of a diff are indented."""
+    """Lines that `git am` or `patch` would take for the start of a diff are indented (and the
+    reader, `patch_targets`, refuses a patch whose message holds one unindented)."""
     out = []
     for line in text.splitlines():
-        if line.startswith(("---", "+++ ", "*** ", "diff ", "Index:", "From ")):
+        if line.startswith(("---", "From ", *_HEADER_WORDS)):
             line = "  " + line
         out.append(line.rstrip())
     return "\n".join(out)
@@ -277,3 +291,108 @@ def diff_section(patch_text: str) -> str:
     body = patch_text[start + 1 :]
     end = body.rfind("\n-- \n")
     return body[: end + 1] if end >= 0 else body
+
+
+# --- what a patch file touches ------------------------------------------------------------------
+
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_INDEX = re.compile(r"index [0-9a-f]{7,64}\.\.[0-9a-f]{7,64}(?: 100644| 100755)?")
+# extended git headers export never writes, each with what it would do
+_REFUSED_HEADERS = {
+    "new file mode": "creates a file",
+    "deleted file mode": "deletes a file",
+    "rename from": "renames a file",
+    "rename to": "renames a file",
+    "copy from": "copies a file",
+    "copy to": "copies a file",
+    "old mode": "changes a file's mode",
+    "new mode": "changes a file's mode",
+    "similarity index": "renames or copies a file",
+    "dissimilarity index": "rewrites a file",
+    "GIT binary patch": "holds a binary patch",
+    "Binary files ": "holds a binary patch",
+}
+
+
+class PatchShapeError(ValueError):
+    """A patch file that is not what export writes (the message says what it would do instead)."""
+
+
+def patch_targets(text: str) -> list[str]:
+    """Every path a patch file would touch with `git apply`, `git am` or `patch -p1`, in order.
+
+    The whole file is read, message and signature too (git apply reads them all): every diff in it
+    must be one export writes, `diff --git a/P b/P`, `index`, `--- a/P`, `+++ b/P`, then hunks
+    whose line counts are followed exactly, so a removed line that reads like a header stays a
+    line. A rename, copy, creation, deletion, mode change or binary patch, a header outside a
+    diff, or a path named twice raises PatchShapeError: the check is about what the file does,
+    so anything a patch tool could read another way is refused, never guessed at."""
+    lines = text.split("\n")
+    targets: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff "):
+            path, i = _file_header(lines, i)
+            if path in targets:
+                raise PatchShapeError(f"patches {path} twice")
+            targets.append(path)
+            i = _hunks(lines, i, path)
+            continue
+        if line.startswith(_HEADER_WORDS):
+            raise PatchShapeError(f"line {i + 1} reads as a diff header outside a diff ({line[:60]!r})")
+        i += 1
+    return targets
+
+
+def _file_header(lines: list[str], i: int) -> tuple[str, int]:
+    """`diff --git a/P b/P`, an `index` line, `--- a/P`, `+++ b/P`: the path, and where the hunks start."""
+    first = lines[i]
+    head = lines[i : i + 4]
+    for n, line in enumerate(head[1:], 1):
+        for word, what in _REFUSED_HEADERS.items():
+            if line.startswith(word):
+                raise PatchShapeError(f"line {i + n + 1} {what} ({line[:60]!r}); export never writes that")
+    if len(head) < 4 or not head[2].startswith("--- ") or not head[3].startswith("+++ "):
+        raise PatchShapeError(f"line {i + 1}: {first[:60]!r} is not followed by index, ---, +++ lines")
+    old, new = head[2][4:], head[3][4:]
+    if "/dev/null" in (old, new):
+        raise PatchShapeError(f"line {i + 1}: creates or deletes a file ({first[:60]!r}); export never writes that")
+    if not (old.startswith("a/") and new.startswith("b/") and old[2:] == new[2:]):
+        raise PatchShapeError(f"line {i + 3}: --- {old[:40]!r} and +++ {new[:40]!r} are not one file's a/ and b/")
+    path = new[2:]
+    if first != f"diff --git a/{path} b/{path}" or not _INDEX.fullmatch(head[1]):
+        raise PatchShapeError(f"line {i + 1}: {first[:60]!r} is not the header export writes for {path[:60]!r}")
+    return path, i + 4
+
+
+def _hunks(lines: list[str], i: int, path: str) -> int:
+    """Step over a file's hunks, counting their lines; where the next thing starts."""
+    if i >= len(lines) or not lines[i].startswith("@@"):
+        raise PatchShapeError(f"line {i + 1}: the diff of {path[:60]!r} has no hunk")
+    while i < len(lines) and lines[i].startswith("@@"):
+        m = _HUNK.match(lines[i])
+        if not m:
+            raise PatchShapeError(f"line {i + 1}: {lines[i][:60]!r} is not a hunk header")
+        old = int(m[2]) if m[2] is not None else 1
+        new = int(m[4]) if m[4] is not None else 1
+        i += 1
+        while old > 0 or new > 0:
+            if i >= len(lines):
+                raise PatchShapeError(f"the diff of {path[:60]!r} ends inside a hunk")
+            line = lines[i]
+            kind = line[:1]
+            if kind in (" ", ""):  # git takes an empty line for an empty context line
+                old, new = old - 1, new - 1
+            elif kind == "-":
+                old -= 1
+            elif kind == "+":
+                new -= 1
+            elif kind != "\\":
+                raise PatchShapeError(f"line {i + 1}: {line[:60]!r} inside a hunk of {path[:60]!r}")
+            if old < 0 or new < 0:
+                raise PatchShapeError(f"line {i + 1}: a hunk of {path[:60]!r} is longer than its header says")
+            i += 1
+        while i < len(lines) and lines[i].startswith("\\"):  # "\ No newline at end of file"
+            i += 1
+    return i

@@ -96,6 +96,9 @@ def check_for_apply(bundle: Bundle, targets: Sequence[Target]) -> None:
     if problems:
         raise BundleError(f"{problems[0]}; install that release, or export a bundle from this tree")
     for t in targets:
+        for path in bundle.net_files(t.package):
+            _plain_file_in(t, path, bundle)
+    for t in targets:
         journal = Journal.open(t.root)
         held = set(journal.applied_ids()) & {r.id for r in bundle.exported if r.package == t.package}
         if held:  # applied before (by this bundle or the same recipes): the engine says `applied`
@@ -115,6 +118,34 @@ def check_for_apply(bundle: Bundle, targets: Sequence[Target]) -> None:
                 )
 
 
+def _plain_file_in(t: Target, path: str, bundle: Bundle) -> None:
+    """`path` (a plain relative path, read.py checked) must be a regular file reached without a
+    symlink from the folder holding the package: a link would carry the write elsewhere."""
+    import stat
+
+    here = t.package_dir.parent
+    parts = path.split("/")
+    for n, part in enumerate(parts, 1):
+        here = here / part
+        try:
+            mode = here.lstat().st_mode
+        except OSError as e:
+            raise BundleError(
+                f"{here}: {e.strerror.lower() if e.strerror else 'unreadable'}, and the bundle {bundle.dir} patches "
+                f"{path}; give the tree of {t.package} {t.version} the bundle was made from"
+            ) from None
+        if stat.S_ISLNK(mode):
+            raise BundleError(
+                f"{here}: is a symlink, and the bundle {bundle.dir} patches {path} through it; apply --bundle writes "
+                "only plain files inside the tree: replace the link with the files, or apply to the folder it points to"
+            )
+        if n < len(parts) and not stat.S_ISDIR(mode) or n == len(parts) and not stat.S_ISREG(mode):
+            raise BundleError(
+                f"{here}: not a {'folder' if n < len(parts) else 'plain file'}, and the bundle {bundle.dir} patches "
+                f"{path}; give the tree of {t.package} {t.version} the bundle was made from"
+            )
+
+
 def as_recipes(bundle: Bundle, scratch: Path) -> list[Recipe]:
     """The exported recipes as engine recipes whose one edit is the bundle's patch (paths made
     relative to the package, as a recipe's diff is)."""
@@ -126,7 +157,8 @@ def as_recipes(bundle: Bundle, scratch: Path) -> list[Recipe]:
     out = []
     for r in bundle.exported:
         assert r.patch is not None
-        text = diff_section((bundle.dir / r.patch).read_text(encoding="utf-8"))
+        # the text the reader checked (patch_targets): a file swapped since is never read
+        text = diff_section(bundle.patch_texts[r.patch])
         prefix = f"{r.package}/"
         lines = []
         for line in text.splitlines(keepends=True):
@@ -135,7 +167,7 @@ def as_recipes(bundle: Bundle, scratch: Path) -> list[Recipe]:
             elif line.startswith(("--- a/", "+++ b/")) and line[6:].startswith(prefix):
                 line = line[:6] + line[6 + len(prefix) :]
             lines.append(line)
-        diff = scratch / f"{r.id}.diff"
+        diff = scratch / f"{Path(r.patch).stem}.diff"  # NNNN-<id>: read.py checked the name and id
         diff.write_text("".join(lines), encoding="utf-8", newline="")
         version = bundle.target(r.package).version  # type: ignore[union-attr]
         out.append(
@@ -203,11 +235,11 @@ def rollback_command(bundle: Bundle, r: BundleRecipe, t: Target) -> str:
             touched |= {f.path for f in later.files}
     parent = t.package_dir.parent
     if t.is_git and parent != t.root:
-        where, flag = t.root, f" --directory={parent.relative_to(t.root).as_posix()}"
+        where, directory = t.root, parent.relative_to(t.root).as_posix()
     else:
-        where, flag = parent, ""
-    steps = " && ".join(f"git apply -R{flag} {bundle.dir / x.patch}" for x in reversed(chain) if x.patch)
-    return f"cd {where} && {steps}"
+        where, directory = parent, None
+    patches = [bundle.dir / x.patch for x in reversed(chain) if x.patch]
+    return hints.git_reverse_command(where, patches, directory)
 
 
 def check_node(

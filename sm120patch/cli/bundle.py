@@ -34,9 +34,13 @@ if TYPE_CHECKING:
     required=True,
     type=click.Path(path_type=Path),
     metavar="DIR",
-    help="Folder to write the bundle into (absent or empty).",
+    help="Folder to write the bundle into (absent or empty; not a symlink, not inside PATH).",
 )
-@click.option("--force", is_flag=True, help="Replace an earlier bundle in DIR.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an earlier bundle in DIR (only one export wrote, holding nothing else).",
+)
 @allow_untested_option("Export recipes on a release newer than any they were tested on (as `apply --allow-untested`).")
 def export_cmd(opts: TreeOptions, out: Path, force: bool) -> int:
     """Write what `apply` would do to PATH as a bundle of patches anyone can apply with git,

@@ -538,3 +538,135 @@ def test_export_of_the_package_folder_itself(sm, catalogue: Path, tmp_path: Path
     assert whole.code == 0, whole.err
     for name in read(tmp_path / "b-site").series:
         assert (tmp_path / "b-pkg" / name).read_bytes() == (tmp_path / "b-site" / name).read_bytes()
+
+
+# --- issue 35: what --force may replace, what a patch may touch, the git apply -R hint --------------
+
+
+def test_force_replaces_only_a_bundle_export_wrote(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """A folder with a `manifest.json` of its own is not a bundle: --force deleted src/app.js."""
+    site = make_site(tmp_path / "site")
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "manifest.json").write_text('{"name": "app"}\n')
+    (proj / "src" / "app.js").write_text("x\n")
+    before = snapshot(proj)
+    assert_one_line_error(export(sm, site, proj, "--force"), 2, "remove it yourself")
+    assert snapshot(proj) == before
+    # our own bundle plus a file of the user's: refused too, the file kept
+    assert export(sm, site, tmp_path / "bundle").code == 0
+    (tmp_path / "bundle" / "notes.txt").write_text("mine\n")
+    assert_one_line_error(export(sm, site, tmp_path / "bundle", "--force"), 2, "'notes.txt'")
+    assert (tmp_path / "bundle" / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_failed_replace_leaves_the_earlier_bundle(sm, catalogue: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The new bundle is written beside the old; if moving it in fails, the old one is put back."""
+    import os
+
+    from sm120patch.bundle import export as export_module
+
+    site = make_site(tmp_path / "site")
+    out = tmp_path / "bundle"
+    assert export(sm, site, out).code == 0
+    before = snapshot(out)
+    real = os.rename
+    calls = []
+
+    def second_rename_fails(src, dst):  # noqa: ANN001, ANN202
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(export_module.os, "rename", second_rename_fails)
+    r = sm("export", site, *NO_PROBE_DIFFS, "-o", out, "--force")
+    assert_one_line_error(r, 2, "what was there is as it was")
+    assert len(calls) == 3  # moved aside, the move in failed, moved back
+    monkeypatch.setattr(export_module.os, "rename", real)
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
+
+
+def test_bundle_folder_mode_follows_the_umask(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """Written through a mkdtemp folder (0700), the bundle must still be readable by the image's users."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert export(sm, make_site(tmp_path / "site"), tmp_path / "bundle").code == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "bundle").stat().st_mode & 0o777 == 0o755
+
+
+def test_patch_targets_are_the_manifest_files(sm, bundle: Path) -> None:  # noqa: ANN001
+    """The exported patches themselves: the parser names exactly the files the manifest lists
+    (git's own --numstat as a second oracle), and follows hunk counts, not line prefixes."""
+    from sm120patch.bundle.format import PatchShapeError, patch_targets
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for r in manifest["recipes"]:
+        if not r["patch"]:
+            continue
+        text = (bundle / r["patch"]).read_text()
+        numstat = subprocess.run(
+            ["git", "apply", "--numstat", str(bundle / r["patch"])], capture_output=True, text=True, check=True
+        )
+        by_git = sorted(line.split("\t")[2] for line in numstat.stdout.splitlines())
+        assert sorted(patch_targets(text)) == sorted(f["path"] for f in r["files"]) == by_git
+    removed_header = (
+        "diff --git a/sglang/x.py b/sglang/x.py\nindex 0000000..1111111 100644\n--- a/sglang/x.py\n+++ b/sglang/x.py\n"
+        "@@ -1,2 +1,1 @@\n--- a/looks-like-a-header\n keep\n"
+    )
+    assert patch_targets(removed_header) == ["sglang/x.py"]  # the removed line is a line
+    with pytest.raises(PatchShapeError, match="outside a diff"):  # one line short: the next is a header
+        patch_targets(removed_header.replace("@@ -1,2 +1,1 @@", "@@ -1,1 +1,0 @@") + "--- a/../x\n")
+    with pytest.raises(PatchShapeError, match="longer than its header"):
+        patch_targets(removed_header.replace("@@ -1,2 +1,1 @@", "@@ -1,0 +1,1 @@"))
+    with pytest.raises(PatchShapeError, match="twice"):
+        patch_targets(removed_header + removed_header)
+
+
+def test_a_why_that_reads_like_a_diff_still_exports_and_reads(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """The reader refuses header lines in a patch's message; export indents every one of them."""
+    toml = catalogue / "sglang" / f"{AUTOTUNE}.toml"
+    tricky = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\nBinary files a and b differ\nGIT binary patch\n"
+    toml.write_text(toml.read_text().replace('why = """\n', f'why = """\n{tricky}', 1))
+    assert export(sm, make_site(tmp_path / "site"), tmp_path / "bundle").code == 0
+    b = read(tmp_path / "bundle")
+    assert "  @@ -1 +1 @@" in (tmp_path / "bundle" / b.series[1]).read_text()
+    git_apply_series(tmp_path / "bundle", make_site(tmp_path / "by-git"))
+
+
+def test_patch_touching_an_unlisted_file_is_refused_before_any_write(sm, bundle: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """Issue 35 item 7: re-aimed at utils.py and re-hashed, the patch was `not-applicable`, exit 0,
+    the other two applied."""
+    patch = bundle / f"0001-{ALLREDUCE}.patch"
+    patch.write_text(patch.read_text().replace("sglang/srt/layers/communicator.py", "sglang/srt/utils.py"))
+    _edit_manifest(
+        bundle,
+        lambda d: d["recipes"][0].update(patch_sha256=hashlib.sha256(patch.read_bytes()).hexdigest()),
+    )
+    node = make_site(tmp_path / "node")
+    before = snapshot(node)
+    assert_one_line_error(sm("apply", "--bundle", bundle, node, "--arch", "sm_120"), 2, "'sglang/srt/utils.py'")
+    assert snapshot(node) == before and not (node / ".sm120patch").exists()
+    assert_one_line_error(sm("preflight", "--bundle", bundle, node, "--arch", "sm_120"), 2, patch.name)
+
+
+def test_git_reverse_hint_is_quoted(sm, catalogue: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """Folders with a space and a `$(...)`: the printed command works pasted, and runs nothing else."""
+    odd = tmp_path / "my bundles $(touch PWNED)"
+    bundle = odd / "b 1"
+    assert export(sm, make_site(tmp_path / "src"), bundle).code == 0
+    node = make_site(tmp_path / "my node")
+    git_apply_series(bundle, node)
+    install_flashinfer(node, gate="[9, 10]", version="0.6.17")
+    r = sm("preflight", "--bundle", bundle, node, "--arch", "sm_120", "--json")
+    hint = {x["id"]: x for x in r.json()["recipes"]}[ALLREDUCE]["rollback"]
+    assert hint.startswith("cd ") and "git apply -R" in hint
+    done = subprocess.run(hint, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, (hint, done.stderr)
+    assert b"_is_sm120_supported" not in (node / "sglang/srt/layers/communicator.py").read_bytes()
+    assert not list(tmp_path.rglob("PWNED"))
