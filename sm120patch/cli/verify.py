@@ -73,7 +73,16 @@ class _ServerAfterDashes(click.Command):
     default=600.0,
     show_default=True,
     metavar="S",
-    help="Seconds without a byte from the server before a request fails (a server hung after it was ready).",
+    help="Seconds without a line of data from the server before a request fails (a server hung after it was "
+    "ready, or one that sends only blank lines).",
+)
+@click.option(
+    "--load-timeout",
+    type=click.FloatRange(min=0.0),
+    default=3600.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds for the whole load at one concurrency; what is still in flight then fails (0: no limit).",
 )
 @click.option(
     "--noise-floor",

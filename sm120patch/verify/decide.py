@@ -6,7 +6,9 @@ The rule, per candidate (a recipe, or all candidates together):
 2. no more failed requests than the baseline had;
 3. at every concurrency, its mean output tok/s over its runs is not below the baseline's by more
    than the noise (schedule.noise: twice the standard error of the difference, at least the floor);
-4. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
+4. enough valid answers: at every concurrency, in every run, at least MIN_VALID of its requests
+   answered validly, and at least one answer to compare with the baseline's;
+5. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
    an agreement rate of at least AGREE_MIN, or the baseline's own agreement with itself across its
    launches where that is lower (then the server is not deterministic even without the recipe).
 
@@ -23,6 +25,7 @@ from typing import Any
 from sm120patch.verify import answers, schedule
 from sm120patch.verify.workload import Prompt
 
+MIN_VALID = 0.5  # a load where fewer than half the requests gave a valid answer compares nothing
 # one run of one arm: {concurrency: {"summary": metrics.summarize(...), "outputs": {prompt id: text}}}
 Run = Mapping[int, Mapping[str, Any]]
 
@@ -92,9 +95,18 @@ def decide(
         failed_c = max(r[c]["summary"]["failed"] for r in cand if c in r)
         if failed_c > failed_b:
             reasons.append(f"{failed_c} requests failed at c={c} (baseline: {failed_b})")
+        for r in cand:
+            s = r[c]["summary"] if c in r else None
+            n = s["completed"] + s["failed"] if s else 0
+            if s and n and s["completed"] < MIN_VALID * n:
+                first = f" (first error: {s['errors'][0]})" if s["errors"] else ""
+                reasons.append(f"not enough valid answers: {s['completed']} of {n} at c={c}{first}")
+                break
         if thr[c]["worse"]:
             reasons.append(f"slower: {_pct(thr[c]['delta'])} output tok/s at c={c} (noise +-{thr[c]['noise']:.0%})")
     ans = _answers(prompts, base, cand)
+    if not ans["compared"]:
+        reasons.append("no answers to compare: no prompt was answered validly by both arms")
     if ans["collapses"]:
         first = ans["collapses"][0]
         reasons.append(f"{len(ans['collapses'])} collapsed output(s), e.g. {first['prompt']}: {first['why']}")

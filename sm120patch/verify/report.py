@@ -39,6 +39,10 @@ def lines(result: dict[str, Any]) -> list[str]:
     for d in result["decisions"]:
         verdict = "KEEP    " if d["keep"] else "ROLLBACK"
         out.append(f"{verdict} {d['name']} ({', '.join(d['recipes'])}): {d['summary']}")
+    for x in result.get("leftovers") or []:
+        pids = ", ".join(str(p["pid"]) for p in x["processes"])
+        alive = f"still running: {', '.join(map(str, x['survived']))}" if x["survived"] else "stopped"
+        out.append(f"launch {x['launch']} left processes outside its group (setsid): {pids}; {alive}")
     return out
 
 
@@ -101,6 +105,13 @@ def markdown(result: dict[str, Any]) -> str:
     if fails:
         md += ["", "## Launches that did not serve", ""]
         md += [f"- {x['arm']}: {x['outcome']}: {x['cause']} (log `{x['log']}`)" for x in fails]
+    left = result.get("leftovers") or []
+    if left:
+        md += ["", "## Processes a launch left outside its group", ""]
+        for x in left:
+            procs = ", ".join(f"{p['pid']} (`{p['command']}`)" for p in x["processes"])
+            alive = f"; still running: {', '.join(map(str, x['survived']))}" if x["survived"] else "; stopped"
+            md.append(f"- launch {x['launch']}: {procs}{alive}")
     md += ["", "How to read this: docs/verify.md.", ""]
     return "\n".join(md)
 

@@ -8,6 +8,12 @@ second Ctrl-C while the tree is being put back is ignored, so that restore finis
 
 A launch that crashes or is not ready within the readiness timeout is stopped; its log (kept in
 the output folder) goes through `diagnose`, and a candidate it happened with is rolled back.
+
+A comparison needs answers. A baseline launch that serves but gives valid answers to fewer than
+MIN_VALID of the requests at a concurrency (bad JSON, a stream that stalls or sends only blank
+lines past --request-timeout, a load past --load-timeout) is a baseline that would not serve:
+nothing is decided and the tree goes back as it started. Processes a launch left outside its
+group (workers started with setsid) are found by the launch's mark (procs.py), stopped, and named.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from typing import IO, Any
 
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.verify import decide as decide_mod
-from sm120patch.verify import metrics, schedule, workload
+from sm120patch.verify import metrics, procs, schedule, workload
 from sm120patch.verify.tree import Tree
 
 PREFIX = "[sm120patch verify]"
 READY_POLL = 0.5  # the longest wait between readiness checks (they start at 50 ms and double)
+MIN_VALID = decide_mod.MIN_VALID  # the share of a load's requests that must give a valid answer
 
 
 class BaselineFailed(Exception):
@@ -49,6 +56,7 @@ class Options:
     warmup: int | None = None  # requests before measuring; default one per prompt
     grace: float = 10.0
     request_timeout: float = workload.REQUEST_TIMEOUT
+    load_timeout: float = workload.LOAD_TIMEOUT
     noise_floor: float = schedule.NOISE_FLOOR
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
@@ -80,7 +88,11 @@ class Say:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends verify the way Ctrl-C does: through the `finally` that restores the tree."""
+    """SIGTERM ends verify the way Ctrl-C does: through the `finally` that restores the tree.
+
+    SIGINT gets the same handler of our own: with Python's default one in place, `asyncio.run`
+    installs its own, which only cancels the load's task; a request that absorbs the cancellation
+    lets the load finish as if nothing happened, and verify went on to decide (exit 1, not 130)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -88,11 +100,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager
@@ -127,6 +140,8 @@ class Runner:
         self.server: Any = None
         self.model = opts.model or ""
         self._log_fh: IO[str] | None = None
+        self._token = ""
+        self.leftovers: list[dict[str, Any]] = []  # processes a launch left outside its group
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -167,6 +182,10 @@ class Runner:
                             )
                         failures[step.arm] = {**_launch_dict(launch)}
                         continue
+                    if step.arm == schedule.BASELINE:
+                        why = _no_valid_answers(run)
+                        if why:
+                            raise BaselineFailed(f"the baseline server would not serve: {why} (log {launch.log})")
                     runs[step.arm].append(run)
                 decisions = [
                     decide_mod.decide(
@@ -202,6 +221,7 @@ class Runner:
             "runs": {a: [_strip(r) for r in rs] for a, rs in runs.items()},
             "decisions": [d.to_dict() for d in decisions],
             "final": sorted(self.tree.applied()),
+            "leftovers": self.leftovers,
             "options": _options_dict(opts),
         }
 
@@ -234,7 +254,9 @@ class Runner:
         diagnoser = Diagnoser(self.recipes, applied, self.signatures, next(iter(roots)) if len(roots) == 1 else None)
         gopts = guard.GuardOptions(command=list(opts.command), grace=opts.grace)
         started = time.monotonic()
-        server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
+        self._token = procs.new_token()
+        with procs.marked(self._token):  # every process the launch starts carries the mark
+            server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
         self.server = server
         deadline = started + opts.ready_timeout if opts.ready_timeout > 0 else None
         fatal: str | None = None
@@ -279,18 +301,42 @@ class Runner:
             if server.proc.poll() is None or guard.group_members(server.pgid):
                 server.stop(sig.SIGTERM)
             server.cleanup()
+            self._stop_leftovers(server.pgid)
             self.server = None
         fh = getattr(self, "_log_fh", None)
         if fh is not None:
             fh.close()
             self._log_fh = None
 
+    def _stop_leftovers(self, leader: int) -> None:
+        """What the launch started outside its group (setsid workers): stopped, and named."""
+        found = procs.find(self._token, leader)
+        if not found:
+            return
+        names = ", ".join(f"{p.pid} ({p.command})" for p in found)
+        self.say(f"launch {self.launches}: {len(found)} process(es) it started outlived its group: {names}; stopping")
+        alive = procs.stop(found, self.opts.grace)
+        if alive:
+            self.say(f"still running after SIGKILL: {', '.join(str(p.pid) for p in alive)}; stop them by hand")
+        self.leftovers.append(
+            {
+                "launch": self.launches,
+                "processes": [{"pid": p.pid, "command": p.command} for p in found],
+                "survived": [p.pid for p in alive],
+            }
+        )
+
     def _refuse_busy_port(self) -> None:
+        """Anything that accepts a connection at --url's host and port (a server of any kind, an
+        http.server) would answer verify's requests in place of the launched one, or keep it
+        from binding: refused before the first launch, with the tree untouched."""
         from sm120patch.errors import UserError
 
-        if workload.model_name(self.opts.base_url, timeout=2.0) is not None:
+        url = self.opts.base_url
+        who = workload.listening(url)
+        if who is not None:
             raise UserError(
-                f"{self.opts.base_url}: a server already answers there; stop it first (verify starts its own) "
+                f"{url}: something already listens there ({who}); stop it first (verify starts its own server) "
                 "or pass --url with the address the command serves on"
             )
 
@@ -302,11 +348,13 @@ class Runner:
         warm = len(self.prompts) if opts.warmup is None else opts.warmup
         if warm:
             c = min(8, max(opts.concurrencies))
-            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout)
+            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout, opts.load_timeout)
         out: dict[int, dict[str, Any]] = {}
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
-            load = workload.run_load(opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout)
+            load = workload.run_load(
+                opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout, opts.load_timeout
+            )
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
             for r in load.results:
@@ -319,6 +367,17 @@ class Runner:
                 + (f", {summary['failed']} failed" if summary["failed"] else "")
             )
         return out
+
+
+def _no_valid_answers(run: decide_mod.Run) -> str | None:
+    """Why one run gave too few valid answers to compare anything with, else None."""
+    for c, v in sorted(run.items()):
+        s = v["summary"]
+        n = s["completed"] + s["failed"]
+        if n and s["completed"] < MIN_VALID * n:
+            first = f" (first error: {s['errors'][0]})" if s["errors"] else ""
+            return f"only {s['completed']} of {n} requests at c={c} gave a valid answer{first}"
+    return None
 
 
 def _cause(diag: Any, outcome: str, timeout: float, rc: int | None, url: str) -> str:
@@ -365,5 +424,6 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "one_at_a_time": opts.one_at_a_time,
         "ready_timeout": opts.ready_timeout,
         "request_timeout": opts.request_timeout,
+        "load_timeout": opts.load_timeout,
         "noise_floor": opts.noise_floor,
     }

@@ -60,10 +60,19 @@ def make_recipes(root: Path) -> Path:
     return root
 
 
+_HELD: list[socket.socket] = []  # the reservations, open until the test process ends
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no other process can take: bound here with SO_REUSEPORT and never listened on, so
+    only the fake server (which binds with SO_REUSEPORT too, as this uid) can serve on it, and a
+    connection finds no one until it does. Releasing the port before the server binds would let
+    any process on a busy box take it in between."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    _HELD.append(s)
+    return int(s.getsockname()[1])
 
 
 def server_command(pkg: Path, port: int, state: Path, *extra: str) -> list[str]:
