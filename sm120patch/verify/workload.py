@@ -106,10 +106,18 @@ def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 
 async def stream_completion(
-    client: Any, url: str, model: str, prompt: Prompt, max_tokens: int, idle: float | None = None
+    client: Any,
+    url: str,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    idle: float | None = None,
+    until: float | None = None,
 ) -> RequestResult:
     """One streamed completion, timed as bench_serving's async_request_openai_completions times it.
-    `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails."""
+    `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails;
+    `until`: the perf_counter() time by which it fails anyway (the load's deadline). Both are checked
+    here, line by line, not left to a cancellation from outside (wait_for can lose one on 3.11)."""
     out = RequestResult(prompt.id, output_len=max_tokens)
     st = time.perf_counter()
     out.start_time = most_recent = st
@@ -123,13 +131,20 @@ async def stream_completion(
             lines = resp.aiter_lines()
             last_data = time.perf_counter()
             while True:
-                left = None if idle is None else last_data + idle - time.perf_counter()
+                now = time.perf_counter()
+                idle_left = None if idle is None else last_data + idle - now
+                load_left = None if until is None else until - now
+                lefts = [x for x in (idle_left, load_left) if x is not None]
+                if lefts and min(lefts) <= 0:
+                    out.error = _late(idle_left, idle, until)
+                    return out
                 try:
-                    raw = await asyncio.wait_for(anext(lines), timeout=left if left is None else max(left, 0.0))
+                    raw = await asyncio.wait_for(anext(lines), timeout=min(lefts) if lefts else None)
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:  # TimeoutError from 3.11 on; not yet on 3.10
-                    out.error = f"no data from the server for {idle:g}s (--request-timeout)"
+                    now = time.perf_counter()
+                    out.error = _late(None if idle is None else last_data + idle - now, idle, until)
                     return out
                 line = raw.strip()
                 if not line or line.startswith(":"):
@@ -158,6 +173,12 @@ async def stream_completion(
     except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
         out.error = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def _late(idle_left: float | None, idle: float | None, until: float | None) -> str:
+    if idle_left is not None and idle_left <= 0:
+        return f"no data from the server for {idle:g}s (--request-timeout)"
+    return "the load ran past its deadline (--load-timeout)"
 
 
 def client(concurrency: int, timeout: float = REQUEST_TIMEOUT) -> Any:
@@ -191,22 +212,27 @@ async def _run(
     gate = asyncio.Semaphore(concurrency)
     order = [prompts[i % len(prompts)] for i in range(requests)]
     async with client(concurrency, timeout) as http:
+        start = time.perf_counter()
+        until = start + deadline if deadline > 0 else None
 
         async def one(p: Prompt) -> RequestResult:
             async with gate:
-                return await stream_completion(http, url, model, p, out_len, idle=timeout)
+                if until is not None and time.perf_counter() >= until:
+                    return RequestResult(p.id, error="the load ran past its deadline (--load-timeout)")
+                return await stream_completion(http, url, model, p, out_len, idle=timeout, until=until)
 
-        start = time.perf_counter()
         tasks = [asyncio.ensure_future(one(p)) for p in order]
-        _, pending = await asyncio.wait(tasks, timeout=deadline if deadline > 0 else None)
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        # the requests end themselves at the deadline; what is still stuck after that (a connect,
+        # a response that never starts) is cancelled, as often as it takes
+        _, pending = await asyncio.wait(tasks, timeout=deadline + 5.0 if deadline > 0 else None)
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=5.0)
         duration = time.perf_counter() - start
     results = []
     for p, t in zip(order, tasks, strict=True):
-        if t in pending:
+        if t.cancelled():
             results.append(
                 RequestResult(p.id, error=f"the load ran past its deadline of {deadline:g}s (--load-timeout)")
             )

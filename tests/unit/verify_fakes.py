@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.unit.sglang_fakes import make_sglang
 
 FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
-KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False"}
+KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False", "wire": '"ok"'}
 # recipe id -> (knob, new value, extra recipe lines)
 RECIPES = {
     "fake-fast": ("delay", "0.003", ""),
@@ -23,6 +23,7 @@ RECIPES = {
     "fake-hang": ("hang", "True", ""),
     "fake-stall": ("stall", "True", ""),
     "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
+    "fake-badjson": ("wire", '"badjson"', ""),  # every completion chunk is not JSON
 }
 MISFIT_BEFORE = {"fake-misfit": "0.5"}
 
@@ -73,6 +74,13 @@ def free_port() -> int:
     s.bind(("127.0.0.1", 0))
     _HELD.append(s)
     return int(s.getsockname()[1])
+
+
+def release_port(port: int) -> None:
+    """Give a reserved port up (for a server that binds without SO_REUSEPORT, e.g. http.server)."""
+    for s in [s for s in _HELD if s.getsockname()[1] == port]:
+        _HELD.remove(s)
+        s.close()
 
 
 def server_command(pkg: Path, port: int, state: Path, *extra: str) -> list[str]:
