@@ -8,7 +8,8 @@ at start. Test recipes rewrite those files.
 
     delay    seconds per streamed token (the speed)
     mode     "ok" | "collapse" (after 2 tokens, "!" forever: flashinfer#4841) | "late" (the last
-             quarter of each output differs: bf16-style late divergence)
+             quarter of each output differs: bf16-style late divergence) | "drift" (the first two
+             completions as "ok", then every answer differs from its first token on)
     crash    true: print a crash signature line and exit 1 before serving
     hang     true: never bind the port (not ready)
     stall    true: ready, but every completion stops after its first token (hung after ready)
@@ -180,7 +181,12 @@ def main() -> None:
             n = int(req.get("max_tokens", 16))
             stall = bool(knob(pkg, "stall", False)) or wire == "stall"
             prompt = str(req.get("prompt", ""))
+            with lock:
+                started[0] += 1
+                nth = started[0]
             toks = generate(prompt, n, mode)
+            if mode == "drift" and nth > 2:
+                toks = [" drifted"] + generate(prompt + " drift", n, "ok")[: n - 1]
             if args.own_words and "Count from 1 to" in prompt:
                 toks = [" Sure!", " Here", " is", " the", " count:", " one,", " two,", " three", " and", " so", " on."]
                 toks = (toks + [" done"] * n)[:n]
@@ -226,7 +232,7 @@ def main() -> None:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # the test holds the port
             super().server_bind()
 
-    served = [0]
+    served, started = [0], [0]
     httpd = Server(("127.0.0.1", args.port), Handler)
     up_at = time.monotonic() + 0.2  # /health answers 200 from then on
     print(READY, flush=True)

@@ -213,7 +213,7 @@ def test_busy_port_is_refused_before_anything_changes(sm: Any, box: Box) -> None
     finally:
         proc.kill()
         proc.wait()
-    assert code == 2 and "already answers" in err and "\n" not in err.strip()
+    assert code == 2 and "something already listens there" in err and "\n" not in err.strip()
     assert box.changed() == {}
 
 
@@ -221,7 +221,9 @@ def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: 
     code, _, err = sm("apply", box.site, "--recipe", "fake-fast", "--probe", "none", "--arch", "sm_120")
     assert code == 0, err
     started = snapshot(box.site)
-    args = box.verify_args("fake-fast", "fake-slow", extra=("--one-at-a-time", "--output-len", "60"))
+    # the slow candidate comes first (A B1 ...) and its load takes 2 x 200 x 40 ms = 16 s at least:
+    # a wide window for the Ctrl-C, however slow the box; it ends the load long before that
+    args = box.verify_args("fake-slow", "fake-fast", extra=("--one-at-a-time", "--output-len", "200"))
     args += ["--slow-stop", "0.6"]  # the server takes a while to stop: the second Ctrl-C lands then
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "sm120patch", *args]
@@ -231,14 +233,15 @@ def test_ctrl_c_twice_in_the_middle_leaves_the_tree_as_it_started(sm: Any, box: 
         while time.monotonic() < deadline:  # wait for the slow candidate's server to take requests
             slow = [int(x.split()[0]) for x in box.launches() if "delay=0.04" in x]
             reqs = (box.state / "requests").read_text().split() if (box.state / "requests").exists() else []
+            assert proc.poll() is None, f"verify ended before the candidate ran: {proc.communicate()}"
             if slow and str(slow[0]) in reqs[::2]:
                 break
-            assert proc.poll() is None, "verify ended before the candidate ran"
             time.sleep(0.05)
         else:
             pytest.fail("the slow candidate never served")
+        assert proc.poll() is None, "verify ended before the Ctrl-C"
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.2)
+        time.sleep(0.3)
         if proc.poll() is None:  # an impatient second Ctrl-C, while the server stops and the tree goes back
             proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -259,7 +262,8 @@ def test_canary_catches_a_collapse_and_guard_rolls_back(sm: Any, box: Box) -> No
         assert code == 0, err
     args = ["guard", "--target", box.site, "--recipes", box.recipes, "--timeout", "20", "--grace", "2"]
     args += ["--canary", "0.2", "--canary-url", box.url, "--canary-tokens", "40", "--"]
-    code, out, err = sm(*args, *box.command("--serve-for", "1.5"))
+    # the healthy relaunch exits after three canary answers, however long the box takes to send them
+    code, out, err = sm(*args, *box.command("--serve-requests", "3"))
     assert code == 0, err
     assert "canary: collapse:" in err and "changes_outputs = 'tactics': fake-corrupt" in err
     assert "relaunching the server without fake-corrupt" in err
@@ -267,6 +271,58 @@ def test_canary_catches_a_collapse_and_guard_rolls_back(sm: Any, box: Box) -> No
     assert modes == ["mode=collapse", "mode=ok"]
     # the recipe not marked as changing outputs stays
     assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+    assert all(gone(p) for p in box.pids())
+
+
+def canary_args(box: Box) -> list[str]:
+    args = ["guard", "--target", box.site, "--recipes", box.recipes, "--timeout", "20", "--grace", "2"]
+    return [*args, "--canary", "0.2", "--canary-url", box.url, "--canary-tokens", "40", "--"]
+
+
+def test_canary_takes_the_servers_own_answer_as_its_reference(sm: Any, box: Box) -> None:
+    # the model answers "count from 1 to 30" in its own words, with no recipe involved (issue 35.8)
+    for rid in ("fake-late", "fake-fast"):
+        code, _, err = sm("apply", box.site, "--recipe", rid, "--probe", "none", "--arch", "sm_120")
+        assert code == 0, err
+    applied = snapshot(box.site)
+    code, out, err = sm(*canary_args(box), *box.command("--own-words", "--serve-requests", "4"))
+    assert code == 0, err
+    assert "canary: answer as expected: reference recorded: ' Sure! Here is the count:" in err
+    assert "rolling back" not in err and len(box.launches()) == 1
+    assert snapshot(box.site) == applied
+    assert all(gone(p) for p in box.pids())
+
+
+def test_canary_sees_an_answer_change_from_its_reference(sm: Any, box: Box) -> None:
+    code, _, err = sm("apply", box.site, "--recipe", "fake-drift", "--probe", "none", "--arch", "sm_120")
+    assert code == 0, err
+    # two answers as at first, then another one: the canary's reference is the first
+    code, out, err = sm(*canary_args(box), *box.command("--serve-requests", "4"))
+    assert code == 0, err
+    assert "answer changed from the server's own first answer at character 0" in err
+    assert "changes_outputs = 'tactics': fake-drift" in err and "relaunching the server without fake-drift" in err
+    assert [line.split()[2] for line in box.launches()] == ["mode=drift", "mode=ok"]
+    assert box.changed() == {}
+    assert all(gone(p) for p in box.pids())
+
+
+def test_bad_output_that_outlives_every_rollback_puts_the_recipes_back(sm: Any, box: Box) -> None:
+    # the server collapses whatever the tree holds: the recipes are not the cause
+    for rid in ("fake-retune", "fake-late"):
+        code, _, err = sm("apply", box.site, "--recipe", rid, "--probe", "none", "--arch", "sm_120")
+        assert code == 0, err
+    applied = snapshot(box.site)
+    assert box.changed().keys() == {f"sglang/{knob_rel('delay')}", f"sglang/{knob_rel('mode')}"}
+    code, out, err = sm(*canary_args(box), *box.command("--mode", "collapse", "--serve-requests", "3"))
+    assert code == 0, err
+    assert "rolled back: fake-retune" in err and "rolled back: fake-late" in err, err
+    assert "outlived the rollback of fake-retune, fake-late: those recipes were not its cause" in err
+    assert "applied again: fake-retune, fake-late" in err
+    assert "watching only, the server keeps running" in err
+    assert len(box.launches()) == 4  # with both, without the tactics, without either, with both again
+    assert snapshot(box.site) == applied
+    code, out, _ = sm("status", box.site, "--probe", "none", "--json")
+    assert sorted(a["id"] for a in json.loads(out)["targets"][0]["applied"]) == ["fake-late", "fake-retune"]
     assert all(gone(p) for p in box.pids())
 
 

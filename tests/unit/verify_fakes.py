@@ -24,6 +24,8 @@ RECIPES = {
     "fake-stall": ("stall", "True", ""),
     "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
     "fake-badjson": ("wire", '"badjson"', ""),  # every completion chunk is not JSON
+    "fake-retune": ("delay", "0.005", 'changes_outputs = "tactics"\n'),  # another tactic: only the speed
+    "fake-drift": ("mode", '"drift"', 'changes_outputs = "tactics"\n'),  # answers change after two
 }
 MISFIT_BEFORE = {"fake-misfit": "0.5"}
 
