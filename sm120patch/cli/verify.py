@@ -92,6 +92,21 @@ class _ServerAfterDashes(click.Command):
     metavar="FRACTION",
     help="The smallest slowdown that counts, even when runs agree more closely (0.05: 5 %).",
 )
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.05,
+    show_default=True,
+    metavar="FRACTION",
+    help="The smallest slowdown you care about: noise wider than this that could hide one is 'inconclusive'.",
+)
+@click.option(
+    "--if-inconclusive",
+    type=click.Choice(["keep", "rollback"]),
+    default="keep",
+    show_default=True,
+    help="What an inconclusive candidate gets.",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(
@@ -201,4 +216,4 @@ def run_verify(
             f"report: {paths_written['markdown']}"
             + ("" if "plot" in paths_written else " (no plot: pip install 'sm120patch[plot]')")
         )
-    return EXIT_OK if all(d["keep"] for d in result["decisions"]) else EXIT_FAILED
+    return EXIT_OK if all(d["verdict"] == "kept" for d in result["decisions"]) else EXIT_FAILED

@@ -33,12 +33,20 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+_TAG = {
+    "kept": "KEEP    ",
+    "rolled back": "ROLLBACK",
+    "left as it was": "UNJUDGED",
+    "inconclusive, kept": "INCONCLUSIVE (kept)",
+    "inconclusive, rolled back": "INCONCLUSIVE (rolled back)",
+}
+
+
 def lines(result: dict[str, Any]) -> list[str]:
     """One line per candidate: kept or rolled back, and the figures or the reasons."""
-    out = []
+    out = [f"together: {rid}: {why}" for rid, why in (result.get("together") or {}).items()]
     for d in result["decisions"]:
-        verdict = "KEEP    " if d["keep"] else "ROLLBACK"
-        out.append(f"{verdict} {d['name']} ({', '.join(d['recipes'])}): {d['summary']}")
+        out.append(f"{_TAG.get(d['verdict'], d['verdict'])} {d['name']} ({', '.join(d['recipes'])}): {d['summary']}")
     for x in result.get("leftovers") or []:
         pids = ", ".join(str(p["pid"]) for p in x["processes"])
         alive = f"still running: {', '.join(map(str, x['survived']))}" if x["survived"] else "stopped"
@@ -67,9 +75,11 @@ def markdown(result: dict[str, Any]) -> str:
         "| --- | --- | --- | --- |",
     ]
     for d in result["decisions"]:
-        md.append(
-            f"| {d['name']} | {', '.join(d['recipes'])} | {'kept' if d['keep'] else 'rolled back'} | {d['summary']} |"
-        )
+        md.append(f"| {d['name']} | {', '.join(d['recipes'])} | {d['verdict']} | {d['summary']} |")
+    together = result.get("together") or {}
+    if together:
+        md += ["", "Judged together (the dependency graph):", ""]
+        md += [f"- {rid}: {why}" for rid, why in together.items()]
     md += ["", "## Throughput (mean over runs) and latency (median over runs)", ""]
     md.append(
         "| arm | c | output tok/s | change | noise | TTFT median / p99 ms | TPOT median / p99 ms | ITL median ms |"

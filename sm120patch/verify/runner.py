@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120patch.catalogue.recipes import Recipe
+from sm120patch.verify import arms as arms_mod
 from sm120patch.verify import decide as decide_mod
 from sm120patch.verify import metrics, procs, schedule, workload
 from sm120patch.verify.tree import Tree
@@ -58,6 +59,8 @@ class Options:
     request_timeout: float = workload.REQUEST_TIMEOUT
     load_timeout: float = workload.LOAD_TIMEOUT
     noise_floor: float = schedule.NOISE_FLOOR
+    min_effect: float = decide_mod.MIN_EFFECT
+    if_inconclusive: str = "keep"  # keep | rollback
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -149,10 +152,12 @@ class Runner:
         """Everything, or an exception after the tree was put back as it started."""
         opts = self.opts
         start = self.tree.applied()
-        base_state = start - set(opts.candidates)
-        arms = {c: [c] for c in opts.candidates} if opts.one_at_a_time else {"all": list(opts.candidates)}
-        if not opts.one_at_a_time and len(opts.candidates) == 1:
-            arms = {opts.candidates[0]: list(opts.candidates)}
+        plan = arms_mod.build(opts.candidates, self.tree.stands_on(), start, opts.one_at_a_time)
+        for rid, why in plan.why.items():
+            self.say(f"{rid}: {why}")
+        self.tree.managed |= set(plan.candidates)
+        arms = plan.arms
+        base_state = start - set(plan.candidates)
         runs: dict[str, list[decide_mod.Run]] = {a: [] for a in [schedule.BASELINE, *arms]}
         failures: dict[str, dict[str, Any]] = {}
         launches: list[dict[str, Any]] = []
@@ -170,8 +175,15 @@ class Runner:
                     switched = self.tree.switch_to(wanted)
                     if switched.refused:
                         why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
-                        self.say(f"{step.arm}: not applied ({why})")
-                        failures[step.arm] = {"outcome": "not applied", "cause": why}
+                        if step.arm == schedule.BASELINE:
+                            raise BaselineFailed(f"the baseline could not be built ({why})")
+                        if set(switched.refused) & start:  # applied when verify started: not judged
+                            why = f"the arm could not be built ({why}); left as it was"
+                            self.say(f"{step.arm}: {why}")
+                            failures[step.arm] = {"outcome": "not built", "cause": why}
+                        else:
+                            self.say(f"{step.arm}: not applied ({why})")
+                            failures[step.arm] = {"outcome": "not applied", "cause": why}
                         continue
                     run, launch = self._one_launch(step, len(steps))
                     launches.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
@@ -196,11 +208,14 @@ class Runner:
                         runs[name],
                         failures.get(name),
                         opts.noise_floor,
+                        opts.min_effect,
+                        opts.if_inconclusive,
                     )
                     for name, ids in arms.items()
                 ]
-                kept = {r for d in decisions if d.keep for r in d.recipes}
-                final = base_state | kept
+                kept = {r for d in decisions if d.keep and d.verdict != "left as it was" for r in d.recipes}
+                unjudged = {r for n, f in failures.items() if f.get("outcome") == "not built" for r in arms[n]}
+                final = base_state | kept | (unjudged & start)
                 self.say(f"keeping: {', '.join(sorted(kept)) or 'none'}; rolling back the rest")
                 switched = self.tree.switch_to(final)
                 finished = True
@@ -214,8 +229,9 @@ class Runner:
                     self.tree.switch_to(start)
         return {
             "started_with": sorted(start),
-            "candidates": list(opts.candidates),
+            "candidates": list(plan.candidates),
             "arms": arms,
+            "together": plan.why,
             "schedule": [{"arm": s.arm, "round": s.round} for s in schedule.interleave(list(arms), opts.repeats)],
             "launches": launches,
             "runs": {a: [_strip(r) for r in rs] for a, rs in runs.items()},
@@ -426,4 +442,6 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "request_timeout": opts.request_timeout,
         "load_timeout": opts.load_timeout,
         "noise_floor": opts.noise_floor,
+        "min_effect": opts.min_effect,
+        "if_inconclusive": opts.if_inconclusive,
     }

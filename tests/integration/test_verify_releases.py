@@ -65,7 +65,7 @@ def test_canary_takes_back_the_tactics_recipe_first(tmp_path: Path) -> None:
     before = Journal.open(site).applied_ids()
     assert sorted(before) == sorted(picked)
     port = free_port()
-    fake = server_command(site / "sglang", port, tmp_path / "state", "--serve-for", "1.5")
+    fake = server_command(site / "sglang", port, tmp_path / "state", "--serve-requests", "3")
     fake += ["--knob-if", f"mode=collapse:{RUNNER}:{OPENED}"]
     r = sm(
         "guard", "--target", site, "--timeout", "30", "--grace", "2", "--canary", "0.2",

@@ -109,7 +109,7 @@ def test_noise_is_twice_the_standard_error_with_a_floor() -> None:
 
 
 def run(tok_s: float, outputs: dict[str, str], failed: int = 0) -> dict[int, dict[str, Any]]:
-    return {8: {"summary": {"output_throughput": tok_s, "failed": failed}, "outputs": outputs}}
+    return {8: {"summary": {"output_throughput": tok_s, "completed": 8, "failed": failed}, "outputs": outputs}}
 
 
 PROMPTS = [Prompt("count", "short", "Count", answer="1, 2, 3"), Prompt("poem", "short", "Poem")]
