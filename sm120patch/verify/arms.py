@@ -71,5 +71,6 @@ def build(
         sup = sorted(stands_on.get(c, set()) & set(cands))
         arms[c] = [c, *sup]
         if sup:
-            why[c] = f"measured with {', '.join(sup)}: it stands on it"
+            said = f"measured with {', '.join(sup)}: it stands on it"
+            why[c] = f"{why[c]}; {said}" if c in why else said
     return Arms(arms, cands, why)

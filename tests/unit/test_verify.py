@@ -368,3 +368,34 @@ def test_help_does_not_load_the_http_client() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_arm_that_cannot_be_built_leaves_a_recipe_applied_at_start_as_it_was(
+    sm: Any, box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fake-slow was applied when verify started; its arm is refused (as a probe that now blocks it
+    # would refuse it): it is not judged, and it is applied again at the end, not rolled back
+    for rid in ("fake-slow", "fake-corrupt"):
+        code, _, err = sm("apply", box.site, "--recipe", rid, "--probe", "none", "--arch", "sm_120")
+        assert code == 0, err
+    from sm120patch.verify.tree import Switch, Tree
+
+    real, refused = Tree.switch_to, []
+
+    def switch_to(self: Tree, wanted: set[str]) -> Switch:
+        if wanted == {"fake-slow"} and not refused:  # its arm; the end state asks for it again
+            refused.append(wanted)
+            done = real(self, wanted - {"fake-slow"})
+            done.refused["fake-slow"] = "blocked: the probe says no (test)"
+            return done
+        return real(self, wanted)
+
+    monkeypatch.setattr(Tree, "switch_to", switch_to)
+    code, data, err = verify(sm, box, "fake-slow", "fake-corrupt", extra=("--one-at-a-time",))
+    assert code == 1, err
+    by = {d["name"]: d for d in data["decisions"]}
+    assert by["fake-slow"]["verdict"] == "left as it was" and "not applied" not in by["fake-slow"]["summary"]
+    assert by["fake-slow"]["summary"].startswith("not judged: the arm could not be built (fake-slow: blocked:")
+    assert by["fake-corrupt"]["verdict"] == "rolled back"
+    assert data["final"] == ["fake-slow"]
+    assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.04\n"}  # fake-corrupt's mode knob back
