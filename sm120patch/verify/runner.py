@@ -152,72 +152,30 @@ class Runner:
         """Everything, or an exception after the tree was put back as it started."""
         opts = self.opts
         start = self.tree.applied()
-        plan = arms_mod.build(opts.candidates, self.tree.stands_on(), start, opts.one_at_a_time)
+        plan = arms_mod.build(opts.candidates, self.tree.stands_on(), start, one_at_a_time=True)
         for rid, why in plan.why.items():
             self.say(f"{rid}: {why}")
         self.tree.managed |= set(plan.candidates)
-        arms = plan.arms
-        base_state = start - set(plan.candidates)
-        runs: dict[str, list[decide_mod.Run]] = {a: [] for a in [schedule.BASELINE, *arms]}
-        failures: dict[str, dict[str, Any]] = {}
-        launches: list[dict[str, Any]] = []
+        units = plan.arms  # the graph's arms: what is measured, alone or in groups
+        self._start, self._base = start, start - set(plan.candidates)
+        self._runs: dict[str, list[decide_mod.Run]] = {schedule.BASELINE: []}
+        self._failures: dict[str, dict[str, Any]] = {}
+        self._launch_log: list[dict[str, Any]] = []
+        self._steps: list[schedule.Step] = []
+        self._arms: dict[str, list[str]] = {}
         self._refuse_busy_port()
         finished = False
         try:
             with _sigterm_as_interrupt():
-                steps = schedule.interleave(list(arms), opts.repeats)
-                for i, step in enumerate(steps):
-                    if step.arm in failures:
-                        continue
-                    if step.arm == schedule.BASELINE and i > 0 and steps[i - 1].arm in failures:
-                        continue  # it would bracket nothing
-                    wanted = base_state if step.arm == schedule.BASELINE else base_state | set(arms[step.arm])
-                    switched = self.tree.switch_to(wanted)
-                    if switched.refused:
-                        why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
-                        if step.arm == schedule.BASELINE:
-                            raise BaselineFailed(f"the baseline could not be built ({why})")
-                        if set(switched.refused) & start:  # applied when verify started: not judged
-                            why = f"the arm could not be built ({why}); left as it was"
-                            self.say(f"{step.arm}: {why}")
-                            failures[step.arm] = {"outcome": "not built", "cause": why}
-                        else:
-                            self.say(f"{step.arm}: not applied ({why})")
-                            failures[step.arm] = {"outcome": "not applied", "cause": why}
-                        continue
-                    run, launch = self._one_launch(step, len(steps))
-                    launches.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
-                    if run is None:
-                        if step.arm == schedule.BASELINE:
-                            raise BaselineFailed(
-                                f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})"
-                            )
-                        failures[step.arm] = {**_launch_dict(launch)}
-                        continue
-                    if step.arm == schedule.BASELINE:
-                        why = _no_valid_answers(run)
-                        if why:
-                            raise BaselineFailed(f"the baseline server would not serve: {why} (log {launch.log})")
-                    runs[step.arm].append(run)
-                decisions = [
-                    decide_mod.decide(
-                        name,
-                        ids,
-                        self.prompts,
-                        runs[schedule.BASELINE],
-                        runs[name],
-                        failures.get(name),
-                        opts.noise_floor,
-                        opts.min_effect,
-                        opts.if_inconclusive,
-                    )
-                    for name, ids in arms.items()
-                ]
+                if opts.one_at_a_time or len(units) == 1:
+                    decisions = self._one_by_one(units)
+                else:
+                    decisions = self._together_then_split(units)
                 kept = {r for d in decisions if d.keep and d.verdict != "left as it was" for r in d.recipes}
-                unjudged = {r for n, f in failures.items() if f.get("outcome") == "not built" for r in arms[n]}
-                final = base_state | kept | (unjudged & start)
+                unjudged = {r for d in decisions if d.verdict == "left as it was" for r in d.recipes}
+                final = self._base | kept | (unjudged & start)
                 self.say(f"keeping: {', '.join(sorted(kept)) or 'none'}; rolling back the rest")
-                switched = self.tree.switch_to(final)
+                self.tree.switch_to(final)
                 finished = True
         finally:
             if finished:
@@ -230,23 +188,135 @@ class Runner:
         return {
             "started_with": sorted(start),
             "candidates": list(plan.candidates),
-            "arms": arms,
+            "arms": self._arms,
             "together": plan.why,
-            "schedule": [{"arm": s.arm, "round": s.round} for s in schedule.interleave(list(arms), opts.repeats)],
-            "launches": launches,
-            "runs": {a: [_strip(r) for r in rs] for a, rs in runs.items()},
+            "schedule": [{"arm": s.arm, "round": s.round} for s in self._steps],
+            "launches": self._launch_log,
+            "runs": {a: [_strip(r) for r in rs] for a, rs in self._runs.items()},
             "decisions": [d.to_dict() for d in decisions],
             "final": sorted(self.tree.applied()),
             "leftovers": self.leftovers,
             "options": _options_dict(opts),
         }
 
+    # --- the two ways to judge ----------------------------------------------------------------
+
+    def _one_by_one(self, arms: dict[str, list[str]]) -> list[decide_mod.Decision]:
+        """A B1 A B2 A ..., `repeats` rounds: every arm judged on its own."""
+        self._arms.update(arms)
+        steps = schedule.interleave(list(arms), self.opts.repeats)
+        for i, step in enumerate(steps):
+            if step.arm in self._failures:
+                continue
+            if step.arm == schedule.BASELINE and i > 0 and steps[i - 1].arm in self._failures:
+                continue  # it would bracket nothing
+            self._step(step, arms.get(step.arm, []), len(steps))
+        return [self._decide(name, ids) for name, ids in arms.items()]
+
+    def _together_then_split(self, units: dict[str, list[str]]) -> list[decide_mod.Decision]:
+        """All arms together (A B A); only if that breaks the rule, the culprits by halving the set
+        (groups.py), then the kept arms together once more (the confirmation)."""
+        from sm120patch.verify import groups
+
+        self._step(schedule.Step(schedule.BASELINE, 0), [], 0)
+        names = list(units)
+        judged: dict[tuple[str, ...], decide_mod.Decision] = {}
+
+        def measure(group: list[str], label: str) -> decide_mod.Decision:
+            recipes = list(dict.fromkeys(r for u in group for r in units[u]))
+            name = label if label else "+".join(group)
+            self._arms[name] = recipes
+            for r in range(self.opts.repeats):
+                self._step(schedule.Step(name, r), recipes, 0)
+                if name in self._failures:
+                    break
+                self._step(schedule.Step(schedule.BASELINE, r), [], 0)
+            d = self._decide(name, recipes)
+            judged[tuple(group)] = d
+            self.say(f"{name}: {d.verdict}: {d.summary}")
+            return d
+
+        together = measure(names, "all")
+        if together.keep and together.verdict != "left as it was":
+            return [together]
+        self.say("together they break the rule: looking for the culprit(s) by splitting the set")
+        found = groups.search(names, lambda g: not measure(g, "").keep)
+        out: list[decide_mod.Decision] = []
+        for u in found.culprits:
+            if (u,) in judged:
+                d = judged[(u,)]
+                out.append(
+                    decide_mod.Decision(u, units[u], False, d.reasons or [d.summary], d.summary, launch=d.launch)
+                )
+            else:
+                cleared = found.inferred.get(u, [])
+                why = (
+                    f"rolled back by elimination: {'+'.join(n for n in names if n not in cleared) or 'all'} "
+                    f"broke the rule ({together.summary}) and {', '.join(cleared)} without it did not"
+                )
+                out.append(decide_mod.Decision(u, units[u], False, [why], why))
+        rest = [u for u in names if u not in found.culprits]
+        if rest:  # a kept set the search measured as it is already is its own confirmation
+            confirm = judged.get(tuple(rest)) or measure(rest, "kept set")
+            for u in rest:
+                if confirm.keep:
+                    why = f"kept: cleared by the search, then confirmed with {', '.join(rest)}: {confirm.summary}"
+                    out.append(decide_mod.Decision(u, units[u], True, [], why, verdict=confirm.verdict))
+                else:
+                    why = f"the kept set together ({', '.join(rest)}) broke the rule: {confirm.summary}"
+                    out.append(decide_mod.Decision(u, units[u], False, [why], why))
+        return out
+
+    def _decide(self, name: str, recipes: list[str]) -> decide_mod.Decision:
+        opts = self.opts
+        return decide_mod.decide(
+            name,
+            recipes,
+            self.prompts,
+            self._runs[schedule.BASELINE],
+            self._runs.get(name, []),
+            self._failures.get(name),
+            opts.noise_floor,
+            opts.min_effect,
+            opts.if_inconclusive,
+        )
+
+    def _step(self, step: schedule.Step, recipes: list[str], total: int) -> None:
+        """Switch the tree to this arm (or the baseline), launch, measure, record."""
+        wanted = self._base if step.arm == schedule.BASELINE else self._base | set(recipes)
+        switched = self.tree.switch_to(wanted)
+        if switched.refused:
+            why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
+            if step.arm == schedule.BASELINE:
+                raise BaselineFailed(f"the baseline could not be built ({why})")
+            if set(switched.refused) & self._start:  # applied when verify started: not judged
+                why = f"the arm could not be built ({why}); left as it was"
+                self.say(f"{step.arm}: {why}")
+                self._failures[step.arm] = {"outcome": "not built", "cause": why}
+            else:
+                self.say(f"{step.arm}: not applied ({why})")
+                self._failures[step.arm] = {"outcome": "not applied", "cause": why}
+            return
+        self._steps.append(step)
+        run, launch = self._one_launch(step, total)
+        self._launch_log.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
+        if run is None:
+            if step.arm == schedule.BASELINE:
+                raise BaselineFailed(f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})")
+            self._failures[step.arm] = {**_launch_dict(launch)}
+            return
+        if step.arm == schedule.BASELINE:
+            why = _no_valid_answers(run)
+            if why:
+                raise BaselineFailed(f"the baseline server would not serve: {why} (log {launch.log})")
+        self._runs.setdefault(step.arm, []).append(run)
+
     # --- one launch ---------------------------------------------------------------------------
 
     def _one_launch(self, step: schedule.Step, total: int) -> tuple[decide_mod.Run | None, Launch]:
         self.launches += 1
         n = self.launches
-        label = f"launch {n}/{total} ({step.arm}, round {step.round + 1})"
+        label = f"launch {n}{f'/{total}' if total else ''} ({step.arm}, round {step.round + 1})"
         launch = self._launch(f"launch-{n}-{_safe(step.arm)}.log")
         if not launch.ok:
             self.say(f"{label}: server {launch.outcome}: {launch.cause}; log {launch.log}")

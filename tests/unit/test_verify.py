@@ -399,3 +399,34 @@ def test_an_arm_that_cannot_be_built_leaves_a_recipe_applied_at_start_as_it_was(
     assert by["fake-corrupt"]["verdict"] == "rolled back"
     assert data["final"] == ["fake-slow"]
     assert box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.04\n"}  # fake-corrupt's mode knob back
+
+
+def test_together_first_then_the_culprit_by_splitting(sm: Any, box: Box) -> None:
+    # three arms judged together (the default): the collapse breaks the rule; halving finds it
+    # ([fake-corrupt] | [fake-fast, fake-noop]) and the half it cleared is the kept set, measured
+    # together already: A, all, A, corrupt, A, fast+noop, A = 7 launches (one at a time: 7 too; 1 + 2 x 3)
+    extra = ("--noise-floor", "0.5", "--min-effect", "0.6")  # about answers and launches, not the box's noise
+    code, data, err = verify(sm, box, "fake-corrupt", "fake-fast", "fake-noop", extra=extra)
+    assert code == 1, err
+    by = {d["name"]: d for d in data["decisions"]}
+    assert set(by) == {"fake-corrupt", "fake-fast", "fake-noop"}
+    assert by["fake-corrupt"]["verdict"] == "rolled back" and "collapsed output" in by["fake-corrupt"]["summary"]
+    assert by["fake-fast"]["keep"] and by["fake-noop"]["keep"]
+    assert "confirmed with fake-fast, fake-noop" in by["fake-fast"]["summary"]
+    assert [x["arm"] for x in data["launches"]] == [
+        "baseline", "all", "baseline", "fake-corrupt", "baseline", "fake-fast+fake-noop", "baseline",
+    ]  # fmt: skip
+    assert "looking for the culprit(s) by splitting the set" in err
+    assert data["final"] == ["fake-fast", "fake-noop"]
+    assert box.changed() == {
+        f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n",
+        f"sglang/{knob_rel('note')}": b'VALUE = "x"\n',
+    }
+
+
+def test_together_and_fine_is_three_launches(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-fast", "fake-noop", extra=("--noise-floor", "0.5", "--min-effect", "0.6"))
+    assert code == 0, err
+    (d,) = data["decisions"]
+    assert d["name"] == "all" and d["recipes"] == ["fake-fast", "fake-noop"] and d["verdict"] == "kept"
+    assert [x["arm"] for x in data["launches"]] == ["baseline", "all", "baseline"]

@@ -254,3 +254,26 @@ def test_an_arm_that_cannot_be_built_is_left_as_it_was() -> None:
     why = {"outcome": "not built", "cause": "the arm could not be built (x: blocked: y); left as it was"}
     d = decide.decide("r", ["r"], PROMPTS, [run(100, GOOD)], [], why)
     assert d.keep and d.verdict == "left as it was" and d.summary.startswith("not judged:")
+
+
+def test_group_search_finds_the_culprits_by_halving() -> None:
+    from sm120patch.verify import groups
+
+    arms = [f"r{i}" for i in range(8)]
+    seen: list[list[str]] = []
+
+    def breaks(bad: set[str]):  # noqa: ANN202
+        return lambda s: seen.append(s) or bool(bad & set(s))
+
+    one = groups.search(arms, breaks({"r5"}))
+    # [r0..r3] clean, so r4..r7 holds it (not measured); [r4 r5] breaks; [r4] clean, so r5 (by
+    # elimination); [r6 r7] is measured too (a second culprit may be there) and is clean
+    assert one.culprits == ["r5"]
+    assert one.tests == [["r0", "r1", "r2", "r3"], ["r4", "r5"], ["r4"], ["r6", "r7"]]
+    assert one.inferred == {"r5": ["r4"]}
+    two = groups.search(arms, breaks({"r0", "r7"}))
+    assert sorted(two.culprits) == ["r0", "r7"]
+    # launch arithmetic (1 + 2R per measurement): 0 bad is together alone; 1 bad of 8 as above plus
+    # the confirmation of the 7 kept: 1 + 2 x (1 + 4 + 1) = 13, where one at a time is 1 + 2 x 8 = 17
+    assert groups.launches(8, set()) == 3 and groups.launches(8, {5}) == 13
+    assert groups.one_at_a_time_launches(8) == 17 and groups.launches(8, set(), repeats=2) == 5

@@ -12,7 +12,15 @@ from pathlib import Path
 from tests.unit.sglang_fakes import make_sglang
 
 FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
-KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False", "wire": '"ok"'}
+KNOBS = {
+    "delay": "0.01",
+    "mode": '"ok"',
+    "crash": "False",
+    "hang": "False",
+    "stall": "False",
+    "wire": '"ok"',
+    "note": '"none"',
+}
 # recipe id -> (knob, new value, extra recipe lines)
 RECIPES = {
     "fake-fast": ("delay", "0.003", ""),
@@ -24,6 +32,7 @@ RECIPES = {
     "fake-stall": ("stall", "True", ""),
     "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
     "fake-badjson": ("wire", '"badjson"', ""),  # every completion chunk is not JSON
+    "fake-noop": ("note", '"x"', ""),  # a knob the server does not read: changes nothing
     "fake-retune": ("delay", "0.005", 'changes_outputs = "tactics"\n'),  # another tactic: only the speed
     "fake-drift": ("mode", '"drift"', 'changes_outputs = "tactics"\n'),  # answers change after two
 }
