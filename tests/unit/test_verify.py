@@ -430,3 +430,37 @@ def test_together_and_fine_is_three_launches(sm: Any, box: Box) -> None:
     (d,) = data["decisions"]
     assert d["name"] == "all" and d["recipes"] == ["fake-fast", "fake-noop"] and d["verdict"] == "kept"
     assert [x["arm"] for x in data["launches"]] == ["baseline", "all", "baseline"]
+
+
+def test_ctrl_c_during_the_search_leaves_the_tree_as_it_started(sm: Any, box: Box) -> None:
+    for rid in ("fake-fast", "fake-noop"):
+        code, _, err = sm("apply", box.site, "--recipe", rid, "--probe", "none", "--arch", "sm_120")
+        assert code == 0, err
+    started = snapshot(box.site)
+    # together (delay 0.003, collapse) breaks the rule; the search's first half is [fake-corrupt]
+    # alone (delay 0.01, collapse): the Ctrl-C lands while it serves (2 x 200 tokens x 10 ms a load)
+    args = box.verify_args("fake-corrupt", "fake-fast", "fake-noop", extra=("--output-len", "200"))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sm120patch", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(2400):  # bounded: 120 s at 50 ms
+            assert proc.poll() is None, f"verify ended before the search: {proc.communicate()}"
+            half = [x.split()[0] for x in box.launches() if "delay=0.01 mode=collapse" in x]
+            reqs = (box.state / "requests").read_text().split() if (box.state / "requests").exists() else []
+            if half and half[0] in reqs[::2]:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the search never launched its first half")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "looking for the culprit(s) by splitting the set" in err
+    assert snapshot(box.site) == started
+    assert [p for p in box.pids() if not gone(p)] == [], err
