@@ -134,13 +134,17 @@ def verify_cmd(opts: TreeOptions, **kw: Any) -> int:
           python -m sglang.launch_server --model-path ... --port 30000
 
     Baseline and candidate launches interleave (A B A ...), so drift shows up as measured noise.
+    A recipe is measured with what it stands on (a gate with its FlashInfer backport). Without
+    --one-at-a-time all are judged together first; if that breaks the rule, the culprits are
+    found by halving the set, and the kept set is confirmed together.
     Figures are SGLang bench_serving's (output tok/s, TTFT, TPOT, ITL). The tree ends in a known
     state: the kept recipes; or, after Ctrl-C or a baseline that will not start, as it began.
     Results go to --out (report.json, report.md, throughput.png with the `plot` extra, server
     logs) and beside the journal, where `sm120patch status` shows them.
 
-    Exit 0: every candidate kept; 1: one was rolled back, or the baseline would not serve;
-    2: bad usage; 130: interrupted (the tree put back).
+    Exit 0: every candidate kept on a conclusive measurement; 1: one was rolled back, left
+    unjudged or inconclusive, or the baseline would not serve; 2: bad usage, or something already
+    listens at --url; 130: interrupted (the tree put back).
     """
     command = click.get_current_context().meta.get("server_command") or []
     if not command:
