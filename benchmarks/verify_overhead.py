@@ -10,6 +10,14 @@ the two goes first; the table gives the medians, the ratio and the overhead per 
 wall time and in this process's CPU time (the client's own work: the server is another process).
 
     python benchmarks/verify_overhead.py [--requests 256] [--concurrency 16] [--tokens 64] [--reps 5] [--json F]
+    python benchmarks/verify_overhead.py --launches-only
+
+It also prints what a verify costs in server launches (issue 31.2): judged together first, the
+culprits by halving the set when that fails, the kept set confirmed (verify/groups.py, the code
+verify runs), for 0, 1 and 2 arms that break the rule among N, against one at a time
+(1 + 2*N*R). Counts, not times: every placement of the bad arms is tried (mean and worst). The
+fake-server test `test_together_first_then_the_culprit_by_splitting` checks one count on a real
+run (7 launches for 1 bad of 3).
 """
 
 from __future__ import annotations
@@ -64,6 +72,35 @@ def harness(url: str, prompts: list[workload.Prompt], concurrency: int, n: int, 
     assert len(texts) == min(n, len(prompts)), "the harness lost requests"
 
 
+def launch_table(sizes: tuple[int, ...] = (2, 3, 5, 8, 16), repeats: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
+    """Launches per outcome: together-then-split against one at a time, over every placement."""
+    from itertools import combinations
+
+    from sm120patch.verify import groups
+
+    rows = []
+    for r in repeats:
+        for n in sizes:
+            row: dict[str, Any] = {"arms": n, "repeats": r, "one_at_a_time": groups.one_at_a_time_launches(n, r)}
+            for k in (0, 1, 2):
+                counts = [groups.launches(n, set(bad), r) for bad in combinations(range(n), k)] if k <= n else []
+                if counts:
+                    row[f"bad_{k}"] = {"mean": round(statistics.fmean(counts), 1), "max": max(counts)}
+            rows.append(row)
+    return rows
+
+
+def print_launches(rows: list[dict[str, Any]]) -> None:
+    print("server launches: together first, culprits by halving, the kept set confirmed; vs one at a time")
+    print("| arms | repeats | 0 bad | 1 bad (mean / worst) | 2 bad (mean / worst) | one at a time (1 + 2NR) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for x in rows:
+        b1, b2 = x.get("bad_1"), x.get("bad_2")
+        one = f"{b1['mean']} / {b1['max']}" if b1 else "-"
+        two = f"{b2['mean']} / {b2['max']}" if b2 else "-"
+        print(f"| {x['arms']} | {x['repeats']} | {x['bad_0']['max']} | {one} | {two} | {x['one_at_a_time']} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=256)
@@ -71,7 +108,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--launches-only", action="store_true", help="only the launch-count table (no server)")
     a = ap.parse_args()
+    launches = launch_table()
+    print_launches(launches)
+    if a.launches_only:
+        return
     prompts = workload.load_prompts()
     with tempfile.TemporaryDirectory(prefix="sm120patch-bench-verify-") as tmp:
         pkg = make_tree(Path(tmp) / "site")
@@ -122,6 +164,7 @@ def main() -> None:
         "cpu_ms_per_request": (statistics.median(cpu["harness"]) - statistics.median(cpu["bare"])) / a.requests * 1000,
         "cpus": os.cpu_count(),
         "load": [round(x, 2) for x in os.getloadavg()],
+        "launches": launches,
     }
     print(
         f"verify client vs bare httpx loop, {a.requests} requests x {a.tokens} tokens at c={a.concurrency}, "

@@ -73,7 +73,16 @@ class _ServerAfterDashes(click.Command):
     default=600.0,
     show_default=True,
     metavar="S",
-    help="Seconds without a byte from the server before a request fails (a server hung after it was ready).",
+    help="Seconds without a line of data from the server before a request fails (a server hung after it was "
+    "ready, or one that sends only blank lines).",
+)
+@click.option(
+    "--load-timeout",
+    type=click.FloatRange(min=0.0),
+    default=3600.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds for the whole load at one concurrency; what is still in flight then fails (0: no limit).",
 )
 @click.option(
     "--noise-floor",
@@ -82,6 +91,21 @@ class _ServerAfterDashes(click.Command):
     show_default=True,
     metavar="FRACTION",
     help="The smallest slowdown that counts, even when runs agree more closely (0.05: 5 %).",
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.05,
+    show_default=True,
+    metavar="FRACTION",
+    help="The smallest slowdown you care about: noise wider than this that could hide one is 'inconclusive'.",
+)
+@click.option(
+    "--if-inconclusive",
+    type=click.Choice(["keep", "rollback"]),
+    default="keep",
+    show_default=True,
+    help="What an inconclusive candidate gets.",
 )
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
@@ -110,13 +134,17 @@ def verify_cmd(opts: TreeOptions, **kw: Any) -> int:
           python -m sglang.launch_server --model-path ... --port 30000
 
     Baseline and candidate launches interleave (A B A ...), so drift shows up as measured noise.
+    A recipe is measured with what it stands on (a gate with its FlashInfer backport). Without
+    --one-at-a-time all are judged together first; if that breaks the rule, the culprits are
+    found by halving the set, and the kept set is confirmed together.
     Figures are SGLang bench_serving's (output tok/s, TTFT, TPOT, ITL). The tree ends in a known
     state: the kept recipes; or, after Ctrl-C or a baseline that will not start, as it began.
     Results go to --out (report.json, report.md, throughput.png with the `plot` extra, server
     logs) and beside the journal, where `sm120patch status` shows them.
 
-    Exit 0: every candidate kept; 1: one was rolled back, or the baseline would not serve;
-    2: bad usage; 130: interrupted (the tree put back).
+    Exit 0: every candidate kept on a conclusive measurement; 1: one was rolled back, left
+    unjudged or inconclusive, or the baseline would not serve; 2: bad usage, or something already
+    listens at --url; 130: interrupted (the tree put back).
     """
     command = click.get_current_context().meta.get("server_command") or []
     if not command:
@@ -192,4 +220,4 @@ def run_verify(
             f"report: {paths_written['markdown']}"
             + ("" if "plot" in paths_written else " (no plot: pip install 'sm120patch[plot]')")
         )
-    return EXIT_OK if all(d["keep"] for d in result["decisions"]) else EXIT_FAILED
+    return EXIT_OK if all(d["verdict"] == "kept" for d in result["decisions"]) else EXIT_FAILED

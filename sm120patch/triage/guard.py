@@ -46,6 +46,7 @@ URL_INTERVAL = 0.5
 
 RollbackFn = Callable[[Path, list[str]], list[str]]
 AppliedFn = Callable[[Path], set[str]]
+PutBackFn = Callable[[Path, list[str], list[str]], list[str]]  # (target, ids, archs) -> ids applied again
 
 
 @dataclass
@@ -287,7 +288,10 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
                 att.stopped_by_guard = "canary"
                 server.stop()
                 break
-            log(f"canary: {'answer as expected' if kind == 'canary-ok' else 'request failed'}: {payload}")
+            if kind == "canary-seen":
+                log(f"canary: {payload}; watching only, the server keeps running")
+            else:
+                log(f"canary: {'answer as expected' if kind == 'canary-ok' else 'request failed'}: {payload}")
         elif kind == "fatal":
             f = payload
             where = f"line {f.line_no}: {f.signature}"  # type: ignore[attr-defined]
@@ -340,11 +344,23 @@ def _start_canary(opts: GuardOptions, server: _Server, log: GuardLog) -> None:
         opts.canary.start(server.events)
 
 
+def _marked_applied(opts: GuardOptions, recipes: Sequence[Recipe], applied: AppliedFn, log: GuardLog) -> list[str]:
+    """The applied recipes the catalogue marks as able to change outputs (what the canary may undo)."""
+    now = _applied_or_none(applied, opts.target, log) or set()
+    return [r.id for r in recipes if r.changes_outputs and r.id in now]
+
+
 def _roll_back_outputs(
-    opts: GuardOptions, recipes: Sequence[Recipe], applied: AppliedFn, rollback: RollbackFn, log: GuardLog
+    opts: GuardOptions,
+    recipes: Sequence[Recipe],
+    applied: AppliedFn,
+    rollback: RollbackFn,
+    log: GuardLog,
+    archs: dict[str, list[str]],
 ) -> list[str]:
     """After a canary failure: the applied recipes that can change outputs, one kind at a time
-    (autotune and tactic choices before other kernels), rolled back."""
+    (autotune and tactic choices before other kernels), rolled back; `archs` gets the archs each
+    was applied for, so that they can be put back."""
     if opts.target is None:
         log("without --target, guard cannot roll back the recipes that changed the answers")
         return []
@@ -357,6 +373,10 @@ def _roll_back_outputs(
         ids = [r.id for r in recipes if r.changes_outputs == kind and r.id in now]
         if not ids:
             continue
+        with contextlib.suppress(Exception):  # the journal's archs; without them, put_back says why
+            from sm120patch.verify.canary import archs_of
+
+            archs[",".join(ids)] = archs_of(opts.target, ids)
         log(f"rolling back the recipes marked changes_outputs = {kind!r}: {', '.join(ids)}")
         try:
             done = list(rollback(opts.target, ids))  # type: ignore[arg-type]
@@ -366,6 +386,35 @@ def _roll_back_outputs(
         log(f"rolled back: {', '.join(done) if done else 'nothing'}")
         return done
     return []
+
+
+def _engine_put_back(recipes: Sequence[Recipe]) -> PutBackFn:
+    def put_back(target: Path, ids: list[str], archs: list[str]) -> list[str]:
+        from sm120patch.verify.canary import put_back as apply_again
+
+        return apply_again(target, ids, recipes, archs)
+
+    return put_back
+
+
+def _put_back_outputs(
+    opts: GuardOptions, rolled: list[str], archs: dict[str, list[str]], put_back: PutBackFn, log: GuardLog
+) -> None:
+    """The bad output outlived every rollback: the recipes were not its cause; apply them again."""
+    assert opts.target is not None
+    log(
+        f"the canary's bad output outlived the rollback of {', '.join(rolled)}: those recipes were not its "
+        "cause; putting them back and keeping the server running (the canary now only reports)"
+    )
+    want = sorted({a for v in archs.values() for a in v}) or ["sm_120"]
+    try:
+        done = put_back(opts.target, rolled, want)
+    except Exception as e:
+        log(f"could not put them back ({type(e).__name__}: {e}); apply them again with sm120patch apply --recipe ID")
+        return
+    log(f"applied again: {', '.join(done) if done else 'nothing'}")
+    for r in [r for r in rolled if r not in done]:
+        log(f"not applied again: {r}; run: sm120patch apply {opts.target} --recipe {r}")
 
 
 def _applied_or_none(applied: AppliedFn, target: Path | None, log: GuardLog) -> set[str] | None:
@@ -429,6 +478,7 @@ def run_guard(
     signatures: Sequence[Signature] | None = None,
     out: IO[str] | None = None,
     log: GuardLog | None = None,
+    put_back: PutBackFn | None = None,
 ) -> int:
     """Launch, watch, diagnose, roll back, maybe relaunch once; returns guard's exit status."""
     if not opts.command:
@@ -442,6 +492,14 @@ def run_guard(
     out = out if out is not None else sys.stdout
     log = log or GuardLog()
     launches = 0
+    canary_rolled: list[str] = []  # what the canary's failures rolled back, in order
+    canary_archs: dict[str, list[str]] = {}
+    if opts.canary is not None and opts.target is None:
+        log("canary: without --target guard cannot roll anything back: the canary only reports")
+        opts.canary.watch_only()
+    elif opts.canary is not None and not _marked_applied(opts, recipes, applied, log):
+        log("canary: no applied recipe is marked changes_outputs, so none can be blamed: it only reports")
+        opts.canary.watch_only()
     with _Signals() as signals:
         while True:
             launches += 1
@@ -461,9 +519,16 @@ def run_guard(
             if att.signalled is not None:
                 return att.returncode if att.returncode is not None else 128 + att.signalled
             if att.stopped_by_guard == "canary":
-                done = _roll_back_outputs(opts, recipes, applied, rollback, log)
+                done = _roll_back_outputs(opts, recipes, applied, rollback, log, canary_archs)
                 if done:
+                    canary_rolled += done
                     log(f"relaunching the server without {', '.join(done)} (the canary saw bad output)")
+                    continue
+                if canary_rolled:
+                    _put_back_outputs(opts, canary_rolled, canary_archs, put_back or _engine_put_back(recipes), log)
+                    opts.canary.watch_only()
+                    canary_rolled = []
+                    log("relaunching the server with the recipes as they were")
                     continue
                 log("no applied recipe is marked as able to change outputs; not relaunching")
                 return EXIT_FAILED

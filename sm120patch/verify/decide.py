@@ -6,9 +6,18 @@ The rule, per candidate (a recipe, or all candidates together):
 2. no more failed requests than the baseline had;
 3. at every concurrency, its mean output tok/s over its runs is not below the baseline's by more
    than the noise (schedule.noise: twice the standard error of the difference, at least the floor);
-4. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
+4. enough valid answers: at every concurrency, in every run, at least MIN_VALID of its requests
+   answered validly, and at least one answer to compare with the baseline's;
+5. answers agree (answers.py): no collapse the baseline does not show, no known answer lost, and
    an agreement rate of at least AGREE_MIN, or the baseline's own agreement with itself across its
    launches where that is lower (then the server is not deterministic even without the recipe).
+
+Where the measurement cannot tell (issue 31.5): a candidate that is not slower beyond the noise,
+but whose noise is wider than the smallest effect the user cares about (`--min-effect`, default
+5 %) while the low end of its interval (change - noise) lies below -min-effect, may be slower by
+more than the user accepts: the verdict is "inconclusive", with the repeats (noise shrinks as the
+square root of the runs) or the requests a load that would bring the noise under min-effect, and
+the user's policy decides (`--if-inconclusive keep|rollback`, default keep).
 
 Answers are compared between the first run of each arm at each concurrency: the same prompts
 at the same concurrency, so batching is alike.
@@ -16,6 +25,7 @@ at the same concurrency, so batching is alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +33,8 @@ from typing import Any
 from sm120patch.verify import answers, schedule
 from sm120patch.verify.workload import Prompt
 
+MIN_EFFECT = 0.05  # the smallest slowdown a user cares about, unless told (--min-effect)
+MIN_VALID = 0.5  # a load where fewer than half the requests gave a valid answer compares nothing
 # one run of one arm: {concurrency: {"summary": metrics.summarize(...), "outputs": {prompt id: text}}}
 Run = Mapping[int, Mapping[str, Any]]
 
@@ -37,6 +49,10 @@ class Decision:
     throughput: dict[int, dict[str, Any]] = field(default_factory=dict)
     answers: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, Any] | None = None  # the failed launch, when there was one
+    verdict: str = ""  # "kept" | "rolled back" | "left as it was" (not judged) | "inconclusive, kept/rolled back"
+
+    def __post_init__(self) -> None:
+        self.verdict = self.verdict or ("kept" if self.keep else "rolled back")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "throughput": {str(c): v for c, v in self.throughput.items()}}  # JSON keys
@@ -74,10 +90,15 @@ def decide(
     cand: Sequence[Run],
     launch_failure: dict[str, Any] | None = None,
     noise_floor: float = schedule.NOISE_FLOOR,
+    min_effect: float = MIN_EFFECT,
+    if_inconclusive: str = "keep",
 ) -> Decision:
     """Apply the rule above to one candidate's runs and the baseline's."""
     if launch_failure is not None:
         outcome, cause = launch_failure.get("outcome", "failed"), launch_failure.get("cause", "see the log")
+        if outcome == "not built":  # recipes applied when verify started stay as they were, unjudged
+            why = f"not judged: {cause}"
+            return Decision(name, list(recipes), True, [why], why, launch=launch_failure, verdict="left as it was")
         why = f"not applied: {cause}" if outcome == "not applied" else f"server {outcome} with it: {cause}"
         return Decision(name, list(recipes), False, [why], why, launch=launch_failure)
     if not cand or not base:
@@ -92,9 +113,18 @@ def decide(
         failed_c = max(r[c]["summary"]["failed"] for r in cand if c in r)
         if failed_c > failed_b:
             reasons.append(f"{failed_c} requests failed at c={c} (baseline: {failed_b})")
+        for r in cand:
+            s = r[c]["summary"] if c in r else None
+            n = s["completed"] + s["failed"] if s else 0
+            if s and n and s["completed"] < MIN_VALID * n:
+                first = f" (first error: {s['errors'][0]})" if s["errors"] else ""
+                reasons.append(f"not enough valid answers: {s['completed']} of {n} at c={c}{first}")
+                break
         if thr[c]["worse"]:
             reasons.append(f"slower: {_pct(thr[c]['delta'])} output tok/s at c={c} (noise +-{thr[c]['noise']:.0%})")
     ans = _answers(prompts, base, cand)
+    if not ans["compared"]:
+        reasons.append("no answers to compare: no prompt was answered validly by both arms")
     if ans["collapses"]:
         first = ans["collapses"][0]
         reasons.append(f"{len(ans['collapses'])} collapsed output(s), e.g. {first['prompt']}: {first['why']}")
@@ -107,4 +137,33 @@ def decide(
     figures = f"{speed} (noise +-{noise:.0%}), {len(cand)} repeat(s); answers agree {ans['agree']}/{ans['compared']}"
     keep = not reasons
     summary = figures if keep else "; ".join(reasons)
+    unsure = _inconclusive(thr, cand, min_effect, noise_floor) if keep else None
+    if unsure:
+        keep = if_inconclusive == "keep"
+        verdict = "inconclusive, kept" if keep else "inconclusive, rolled back"
+        policy = f"{'kept' if keep else 'rolled back'} (--if-inconclusive {if_inconclusive})"
+        summary = f"{unsure}; {figures}; {policy}"
+        return Decision(name, list(recipes), keep, [] if keep else [unsure], summary, thr, ans, verdict=verdict)
     return Decision(name, list(recipes), keep, reasons, summary, thr, ans)
+
+
+def _inconclusive(
+    thr: Mapping[int, Mapping[str, Any]], cand: Sequence[Run], min_effect: float, floor: float
+) -> str | None:
+    """Why the speed figures cannot tell a slowdown of min_effect from none, and what would."""
+    for c, v in thr.items():
+        if v["delta"] is None or v["noise"] <= min_effect or v["delta"] - v["noise"] >= -min_effect:
+            continue
+        noise = v["noise"]
+        head = f"inconclusive: noise +-{noise:.0%} at c={c}, wider than --min-effect {min_effect:.0%}"
+        if noise <= floor:  # the floor alone: more runs cannot narrow it
+            return f"{head} (it is --noise-floor {floor:.0%}; lower it or raise --min-effect)"
+        k = (noise / min_effect) ** 2  # the noise shrinks as 1/sqrt(runs)
+        runs = len(cand)
+        s = [r[c]["summary"] for r in cand if c in r]
+        per_load = max((x.get("completed", 0) + x.get("failed", 0) for x in s), default=0)
+        more = f"about {math.ceil(runs * k)} repeats"
+        if per_load:
+            more += f" (or about {math.ceil(per_load * k)} --requests a load, where the scatter is within a load)"
+        return f"{head}; {more} would resolve it"
+    return None

@@ -33,12 +33,24 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+_TAG = {
+    "kept": "KEEP    ",
+    "rolled back": "ROLLBACK",
+    "left as it was": "UNJUDGED",
+    "inconclusive, kept": "INCONCLUSIVE (kept)",
+    "inconclusive, rolled back": "INCONCLUSIVE (rolled back)",
+}
+
+
 def lines(result: dict[str, Any]) -> list[str]:
     """One line per candidate: kept or rolled back, and the figures or the reasons."""
-    out = []
+    out = [f"together: {rid}: {why}" for rid, why in (result.get("together") or {}).items()]
     for d in result["decisions"]:
-        verdict = "KEEP    " if d["keep"] else "ROLLBACK"
-        out.append(f"{verdict} {d['name']} ({', '.join(d['recipes'])}): {d['summary']}")
+        out.append(f"{_TAG.get(d['verdict'], d['verdict'])} {d['name']} ({', '.join(d['recipes'])}): {d['summary']}")
+    for x in result.get("leftovers") or []:
+        pids = ", ".join(str(p["pid"]) for p in x["processes"])
+        alive = f"still running: {', '.join(map(str, x['survived']))}" if x["survived"] else "stopped"
+        out.append(f"launch {x['launch']} left processes outside its group (setsid): {pids}; {alive}")
     return out
 
 
@@ -63,9 +75,11 @@ def markdown(result: dict[str, Any]) -> str:
         "| --- | --- | --- | --- |",
     ]
     for d in result["decisions"]:
-        md.append(
-            f"| {d['name']} | {', '.join(d['recipes'])} | {'kept' if d['keep'] else 'rolled back'} | {d['summary']} |"
-        )
+        md.append(f"| {d['name']} | {', '.join(d['recipes'])} | {d['verdict']} | {d['summary']} |")
+    together = result.get("together") or {}
+    if together:
+        md += ["", "Judged together (the dependency graph):", ""]
+        md += [f"- {rid}: {why}" for rid, why in together.items()]
     md += ["", "## Throughput (mean over runs) and latency (median over runs)", ""]
     md.append(
         "| arm | c | output tok/s | change | noise | TTFT median / p99 ms | TPOT median / p99 ms | ITL median ms |"
@@ -101,6 +115,13 @@ def markdown(result: dict[str, Any]) -> str:
     if fails:
         md += ["", "## Launches that did not serve", ""]
         md += [f"- {x['arm']}: {x['outcome']}: {x['cause']} (log `{x['log']}`)" for x in fails]
+    left = result.get("leftovers") or []
+    if left:
+        md += ["", "## Processes a launch left outside its group", ""]
+        for x in left:
+            procs = ", ".join(f"{p['pid']} (`{p['command']}`)" for p in x["processes"])
+            alive = f"; still running: {', '.join(map(str, x['survived']))}" if x["survived"] else "; stopped"
+            md.append(f"- launch {x['launch']}: {procs}{alive}")
     md += ["", "How to read this: docs/verify.md.", ""]
     return "\n".join(md)
 

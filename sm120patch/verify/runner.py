@@ -8,6 +8,12 @@ second Ctrl-C while the tree is being put back is ignored, so that restore finis
 
 A launch that crashes or is not ready within the readiness timeout is stopped; its log (kept in
 the output folder) goes through `diagnose`, and a candidate it happened with is rolled back.
+
+A comparison needs answers. A baseline launch that serves but gives valid answers to fewer than
+MIN_VALID of the requests at a concurrency (bad JSON, a stream that stalls or sends only blank
+lines past --request-timeout, a load past --load-timeout) is a baseline that would not serve:
+nothing is decided and the tree goes back as it started. Processes a launch left outside its
+group (workers started with setsid) are found by the launch's mark (procs.py), stopped, and named.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120patch.catalogue.recipes import Recipe
+from sm120patch.verify import arms as arms_mod
 from sm120patch.verify import decide as decide_mod
-from sm120patch.verify import metrics, schedule, workload
+from sm120patch.verify import metrics, procs, schedule, workload
 from sm120patch.verify.tree import Tree
 
 PREFIX = "[sm120patch verify]"
 READY_POLL = 0.5  # the longest wait between readiness checks (they start at 50 ms and double)
+MIN_VALID = decide_mod.MIN_VALID  # the share of a load's requests that must give a valid answer
 
 
 class BaselineFailed(Exception):
@@ -49,7 +57,10 @@ class Options:
     warmup: int | None = None  # requests before measuring; default one per prompt
     grace: float = 10.0
     request_timeout: float = workload.REQUEST_TIMEOUT
+    load_timeout: float = workload.LOAD_TIMEOUT
     noise_floor: float = schedule.NOISE_FLOOR
+    min_effect: float = decide_mod.MIN_EFFECT
+    if_inconclusive: str = "keep"  # keep | rollback
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -80,7 +91,11 @@ class Say:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends verify the way Ctrl-C does: through the `finally` that restores the tree."""
+    """SIGTERM ends verify the way Ctrl-C does: through the `finally` that restores the tree.
+
+    SIGINT gets the same handler of our own: with Python's default one in place, `asyncio.run`
+    installs its own, which only cancels the load's task; a request that absorbs the cancellation
+    lets the load finish as if nothing happened, and verify went on to decide (exit 1, not 130)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -88,11 +103,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager
@@ -127,6 +143,8 @@ class Runner:
         self.server: Any = None
         self.model = opts.model or ""
         self._log_fh: IO[str] | None = None
+        self._token = ""
+        self.leftovers: list[dict[str, Any]] = []  # processes a launch left outside its group
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -134,56 +152,30 @@ class Runner:
         """Everything, or an exception after the tree was put back as it started."""
         opts = self.opts
         start = self.tree.applied()
-        base_state = start - set(opts.candidates)
-        arms = {c: [c] for c in opts.candidates} if opts.one_at_a_time else {"all": list(opts.candidates)}
-        if not opts.one_at_a_time and len(opts.candidates) == 1:
-            arms = {opts.candidates[0]: list(opts.candidates)}
-        runs: dict[str, list[decide_mod.Run]] = {a: [] for a in [schedule.BASELINE, *arms]}
-        failures: dict[str, dict[str, Any]] = {}
-        launches: list[dict[str, Any]] = []
+        plan = arms_mod.build(opts.candidates, self.tree.stands_on(), start, one_at_a_time=True)
+        for rid, why in plan.why.items():
+            self.say(f"{rid}: {why}")
+        self.tree.managed |= set(plan.candidates)
+        units = plan.arms  # the graph's arms: what is measured, alone or in groups
+        self._start, self._base = start, start - set(plan.candidates)
+        self._runs: dict[str, list[decide_mod.Run]] = {schedule.BASELINE: []}
+        self._failures: dict[str, dict[str, Any]] = {}
+        self._launch_log: list[dict[str, Any]] = []
+        self._steps: list[schedule.Step] = []
+        self._arms: dict[str, list[str]] = {}
         self._refuse_busy_port()
         finished = False
         try:
             with _sigterm_as_interrupt():
-                steps = schedule.interleave(list(arms), opts.repeats)
-                for i, step in enumerate(steps):
-                    if step.arm in failures:
-                        continue
-                    if step.arm == schedule.BASELINE and i > 0 and steps[i - 1].arm in failures:
-                        continue  # it would bracket nothing
-                    wanted = base_state if step.arm == schedule.BASELINE else base_state | set(arms[step.arm])
-                    switched = self.tree.switch_to(wanted)
-                    if switched.refused:
-                        why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
-                        self.say(f"{step.arm}: not applied ({why})")
-                        failures[step.arm] = {"outcome": "not applied", "cause": why}
-                        continue
-                    run, launch = self._one_launch(step, len(steps))
-                    launches.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
-                    if run is None:
-                        if step.arm == schedule.BASELINE:
-                            raise BaselineFailed(
-                                f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})"
-                            )
-                        failures[step.arm] = {**_launch_dict(launch)}
-                        continue
-                    runs[step.arm].append(run)
-                decisions = [
-                    decide_mod.decide(
-                        name,
-                        ids,
-                        self.prompts,
-                        runs[schedule.BASELINE],
-                        runs[name],
-                        failures.get(name),
-                        opts.noise_floor,
-                    )
-                    for name, ids in arms.items()
-                ]
-                kept = {r for d in decisions if d.keep for r in d.recipes}
-                final = base_state | kept
+                if opts.one_at_a_time or len(units) == 1:
+                    decisions = self._one_by_one(units)
+                else:
+                    decisions = self._together_then_split(units)
+                kept = {r for d in decisions if d.keep and d.verdict != "left as it was" for r in d.recipes}
+                unjudged = {r for d in decisions if d.verdict == "left as it was" for r in d.recipes}
+                final = self._base | kept | (unjudged & start)
                 self.say(f"keeping: {', '.join(sorted(kept)) or 'none'}; rolling back the rest")
-                switched = self.tree.switch_to(final)
+                self.tree.switch_to(final)
                 finished = True
         finally:
             if finished:
@@ -195,22 +187,136 @@ class Runner:
                     self.tree.switch_to(start)
         return {
             "started_with": sorted(start),
-            "candidates": list(opts.candidates),
-            "arms": arms,
-            "schedule": [{"arm": s.arm, "round": s.round} for s in schedule.interleave(list(arms), opts.repeats)],
-            "launches": launches,
-            "runs": {a: [_strip(r) for r in rs] for a, rs in runs.items()},
+            "candidates": list(plan.candidates),
+            "arms": self._arms,
+            "together": plan.why,
+            "schedule": [{"arm": s.arm, "round": s.round} for s in self._steps],
+            "launches": self._launch_log,
+            "runs": {a: [_strip(r) for r in rs] for a, rs in self._runs.items()},
             "decisions": [d.to_dict() for d in decisions],
             "final": sorted(self.tree.applied()),
+            "leftovers": self.leftovers,
             "options": _options_dict(opts),
         }
+
+    # --- the two ways to judge ----------------------------------------------------------------
+
+    def _one_by_one(self, arms: dict[str, list[str]]) -> list[decide_mod.Decision]:
+        """A B1 A B2 A ..., `repeats` rounds: every arm judged on its own."""
+        self._arms.update(arms)
+        steps = schedule.interleave(list(arms), self.opts.repeats)
+        for i, step in enumerate(steps):
+            if step.arm in self._failures:
+                continue
+            if step.arm == schedule.BASELINE and i > 0 and steps[i - 1].arm in self._failures:
+                continue  # it would bracket nothing
+            self._step(step, arms.get(step.arm, []), len(steps))
+        return [self._decide(name, ids) for name, ids in arms.items()]
+
+    def _together_then_split(self, units: dict[str, list[str]]) -> list[decide_mod.Decision]:
+        """All arms together (A B A); only if that breaks the rule, the culprits by halving the set
+        (groups.py), then the kept arms together once more (the confirmation)."""
+        from sm120patch.verify import groups
+
+        self._step(schedule.Step(schedule.BASELINE, 0), [], 0)
+        names = list(units)
+        judged: dict[tuple[str, ...], decide_mod.Decision] = {}
+
+        def measure(group: list[str], label: str) -> decide_mod.Decision:
+            recipes = list(dict.fromkeys(r for u in group for r in units[u]))
+            name = label if label else "+".join(group)
+            self._arms[name] = recipes
+            for r in range(self.opts.repeats):
+                self._step(schedule.Step(name, r), recipes, 0)
+                if name in self._failures:
+                    break
+                self._step(schedule.Step(schedule.BASELINE, r), [], 0)
+            d = self._decide(name, recipes)
+            judged[tuple(group)] = d
+            self.say(f"{name}: {d.verdict}: {d.summary}")
+            return d
+
+        together = measure(names, "all")
+        if together.keep and together.verdict != "left as it was":
+            return [together]
+        self.say("together they break the rule: looking for the culprit(s) by splitting the set")
+        found = groups.search(names, lambda g: not measure(g, "").keep)
+        out: list[decide_mod.Decision] = []
+        for u in found.culprits:
+            if (u,) in judged:
+                d = judged[(u,)]
+                out.append(
+                    decide_mod.Decision(u, units[u], False, d.reasons or [d.summary], d.summary, launch=d.launch)
+                )
+            else:
+                cleared = found.inferred.get(u, [])
+                why = (
+                    f"rolled back by elimination: {'+'.join(n for n in names if n not in cleared) or 'all'} "
+                    f"broke the rule ({together.summary}) and {', '.join(cleared)} without it did not"
+                )
+                out.append(decide_mod.Decision(u, units[u], False, [why], why))
+        rest = [u for u in names if u not in found.culprits]
+        if rest:  # a kept set the search measured as it is already is its own confirmation
+            confirm = judged.get(tuple(rest)) or measure(rest, "kept set")
+            for u in rest:
+                if confirm.keep:
+                    why = f"kept: cleared by the search, then confirmed with {', '.join(rest)}: {confirm.summary}"
+                    out.append(decide_mod.Decision(u, units[u], True, [], why, verdict=confirm.verdict))
+                else:
+                    why = f"the kept set together ({', '.join(rest)}) broke the rule: {confirm.summary}"
+                    out.append(decide_mod.Decision(u, units[u], False, [why], why))
+        return out
+
+    def _decide(self, name: str, recipes: list[str]) -> decide_mod.Decision:
+        opts = self.opts
+        return decide_mod.decide(
+            name,
+            recipes,
+            self.prompts,
+            self._runs[schedule.BASELINE],
+            self._runs.get(name, []),
+            self._failures.get(name),
+            opts.noise_floor,
+            opts.min_effect,
+            opts.if_inconclusive,
+        )
+
+    def _step(self, step: schedule.Step, recipes: list[str], total: int) -> None:
+        """Switch the tree to this arm (or the baseline), launch, measure, record."""
+        wanted = self._base if step.arm == schedule.BASELINE else self._base | set(recipes)
+        switched = self.tree.switch_to(wanted)
+        if switched.refused:
+            why = "; ".join(f"{k}: {v}" for k, v in switched.refused.items())
+            if step.arm == schedule.BASELINE:
+                raise BaselineFailed(f"the baseline could not be built ({why})")
+            if set(switched.refused) & self._start:  # applied when verify started: not judged
+                why = f"the arm could not be built ({why}); left as it was"
+                self.say(f"{step.arm}: {why}")
+                self._failures[step.arm] = {"outcome": "not built", "cause": why}
+            else:
+                self.say(f"{step.arm}: not applied ({why})")
+                self._failures[step.arm] = {"outcome": "not applied", "cause": why}
+            return
+        self._steps.append(step)
+        run, launch = self._one_launch(step, total)
+        self._launch_log.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
+        if run is None:
+            if step.arm == schedule.BASELINE:
+                raise BaselineFailed(f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})")
+            self._failures[step.arm] = {**_launch_dict(launch)}
+            return
+        if step.arm == schedule.BASELINE:
+            why = _no_valid_answers(run)
+            if why:
+                raise BaselineFailed(f"the baseline server would not serve: {why} (log {launch.log})")
+        self._runs.setdefault(step.arm, []).append(run)
 
     # --- one launch ---------------------------------------------------------------------------
 
     def _one_launch(self, step: schedule.Step, total: int) -> tuple[decide_mod.Run | None, Launch]:
         self.launches += 1
         n = self.launches
-        label = f"launch {n}/{total} ({step.arm}, round {step.round + 1})"
+        label = f"launch {n}{f'/{total}' if total else ''} ({step.arm}, round {step.round + 1})"
         launch = self._launch(f"launch-{n}-{_safe(step.arm)}.log")
         if not launch.ok:
             self.say(f"{label}: server {launch.outcome}: {launch.cause}; log {launch.log}")
@@ -234,7 +340,9 @@ class Runner:
         diagnoser = Diagnoser(self.recipes, applied, self.signatures, next(iter(roots)) if len(roots) == 1 else None)
         gopts = guard.GuardOptions(command=list(opts.command), grace=opts.grace)
         started = time.monotonic()
-        server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
+        self._token = procs.new_token()
+        with procs.marked(self._token):  # every process the launch starts carries the mark
+            server = guard.Server(gopts, diagnoser, fh, self.say)  # type: ignore[arg-type]
         self.server = server
         deadline = started + opts.ready_timeout if opts.ready_timeout > 0 else None
         fatal: str | None = None
@@ -279,18 +387,42 @@ class Runner:
             if server.proc.poll() is None or guard.group_members(server.pgid):
                 server.stop(sig.SIGTERM)
             server.cleanup()
+            self._stop_leftovers(server.pgid)
             self.server = None
         fh = getattr(self, "_log_fh", None)
         if fh is not None:
             fh.close()
             self._log_fh = None
 
+    def _stop_leftovers(self, leader: int) -> None:
+        """What the launch started outside its group (setsid workers): stopped, and named."""
+        found = procs.find(self._token, leader)
+        if not found:
+            return
+        names = ", ".join(f"{p.pid} ({p.command})" for p in found)
+        self.say(f"launch {self.launches}: {len(found)} process(es) it started outlived its group: {names}; stopping")
+        alive = procs.stop(found, self.opts.grace)
+        if alive:
+            self.say(f"still running after SIGKILL: {', '.join(str(p.pid) for p in alive)}; stop them by hand")
+        self.leftovers.append(
+            {
+                "launch": self.launches,
+                "processes": [{"pid": p.pid, "command": p.command} for p in found],
+                "survived": [p.pid for p in alive],
+            }
+        )
+
     def _refuse_busy_port(self) -> None:
+        """Anything that accepts a connection at --url's host and port (a server of any kind, an
+        http.server) would answer verify's requests in place of the launched one, or keep it
+        from binding: refused before the first launch, with the tree untouched."""
         from sm120patch.errors import UserError
 
-        if workload.model_name(self.opts.base_url, timeout=2.0) is not None:
+        url = self.opts.base_url
+        who = workload.listening(url)
+        if who is not None:
             raise UserError(
-                f"{self.opts.base_url}: a server already answers there; stop it first (verify starts its own) "
+                f"{url}: something already listens there ({who}); stop it first (verify starts its own server) "
                 "or pass --url with the address the command serves on"
             )
 
@@ -302,11 +434,13 @@ class Runner:
         warm = len(self.prompts) if opts.warmup is None else opts.warmup
         if warm:
             c = min(8, max(opts.concurrencies))
-            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout)
+            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout, opts.load_timeout)
         out: dict[int, dict[str, Any]] = {}
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
-            load = workload.run_load(opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout)
+            load = workload.run_load(
+                opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout, opts.load_timeout
+            )
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
             for r in load.results:
@@ -319,6 +453,17 @@ class Runner:
                 + (f", {summary['failed']} failed" if summary["failed"] else "")
             )
         return out
+
+
+def _no_valid_answers(run: decide_mod.Run) -> str | None:
+    """Why one run gave too few valid answers to compare anything with, else None."""
+    for c, v in sorted(run.items()):
+        s = v["summary"]
+        n = s["completed"] + s["failed"]
+        if n and s["completed"] < MIN_VALID * n:
+            first = f" (first error: {s['errors'][0]})" if s["errors"] else ""
+            return f"only {s['completed']} of {n} requests at c={c} gave a valid answer{first}"
+    return None
 
 
 def _cause(diag: Any, outcome: str, timeout: float, rc: int | None, url: str) -> str:
@@ -365,5 +510,8 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "one_at_a_time": opts.one_at_a_time,
         "ready_timeout": opts.ready_timeout,
         "request_timeout": opts.request_timeout,
+        "load_timeout": opts.load_timeout,
         "noise_floor": opts.noise_floor,
+        "min_effect": opts.min_effect,
+        "if_inconclusive": opts.if_inconclusive,
     }

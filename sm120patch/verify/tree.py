@@ -39,6 +39,22 @@ class Tree:
             out |= applied_recipes(t.root)
         return out
 
+    def stands_on(self) -> dict[str, set[str]]:
+        """Applied recipe id -> the applied FlashInfer recipes it stands on, by the engine's rule
+        (the dependents recorded at apply, or a proof that read what a FlashInfer recipe changed:
+        `_dependents_of`, the rule `rollback` follows), read from the journals without a lock."""
+        from sm120patch.engine.journal import Journal
+        from sm120patch.engine.pipeline import _dependents_of
+
+        journals = {t.root: Journal.open(t.root) for t in self.targets}
+        out: dict[str, set[str]] = {}
+        for fi in [t for t in self.targets if t.package == "flashinfer"]:
+            for entry in [a for a in journals[fi.root].applied if a.get("package") == "flashinfer"]:
+                for ids in _dependents_of(journals, self.targets, fi, [entry]).values():
+                    for i in ids:
+                        out.setdefault(i, set()).add(entry["id"])
+        return out
+
     def recover(self) -> list[str]:
         """Finish a transaction an interrupt cut short (its files back to their before-bytes)."""
         from sm120patch.engine.journal import Journal

@@ -27,9 +27,13 @@ from sm120patch.errors import UserError
 COMPLETIONS = "/v1/completions"
 MODELS = "/v1/models"
 HEALTH = "/health"
-# seconds without a byte from the server before a request counts as failed (httpx's read timeout: a
-# stream that stalls, a server that hangs after it was ready); a slow stream that keeps coming is fine
+# seconds without a line of data from the server before a request counts as failed (a stream that
+# stalls, a server that hangs after it was ready, one that sends only blank lines or SSE comments to
+# keep the connection open); a slow stream that keeps coming is fine
 REQUEST_TIMEOUT = 600.0
+# seconds for the whole load at one concurrency: a server that streams without end (past max_tokens)
+# never trips the per-request timeout; what is still in flight then is cancelled and counts as failed
+LOAD_TIMEOUT = 3600.0
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,19 @@ def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
-async def stream_completion(client: Any, url: str, model: str, prompt: Prompt, max_tokens: int) -> RequestResult:
-    """One streamed completion, timed as bench_serving's async_request_openai_completions times it."""
+async def stream_completion(
+    client: Any,
+    url: str,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    idle: float | None = None,
+    until: float | None = None,
+) -> RequestResult:
+    """One streamed completion, timed as bench_serving's async_request_openai_completions times it.
+    `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails;
+    `until`: the perf_counter() time by which it fails anyway (the load's deadline). Both are checked
+    here, line by line, not left to a cancellation from outside (wait_for can lose one on 3.11)."""
     out = RequestResult(prompt.id, output_len=max_tokens)
     st = time.perf_counter()
     out.start_time = most_recent = st
@@ -113,15 +128,35 @@ async def stream_completion(client: Any, url: str, model: str, prompt: Prompt, m
                 body = (await resp.aread()).decode("utf-8", "replace")
                 out.error = f"HTTP {resp.status_code}: {body[:300]}"
                 return out
-            async for raw in resp.aiter_lines():
+            lines = resp.aiter_lines()
+            last_data = time.perf_counter()
+            while True:
+                now = time.perf_counter()
+                idle_left = None if idle is None else last_data + idle - now
+                load_left = None if until is None else until - now
+                lefts = [x for x in (idle_left, load_left) if x is not None]
+                if lefts and min(lefts) <= 0:
+                    out.error = _late(idle_left, idle, until)
+                    return out
+                try:
+                    raw = await asyncio.wait_for(anext(lines), timeout=min(lefts) if lefts else None)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:  # TimeoutError from 3.11 on; not yet on 3.10
+                    now = time.perf_counter()
+                    out.error = _late(None if idle is None else last_data + idle - now, idle, until)
+                    return out
                 line = raw.strip()
-                if not line:
+                if not line or line.startswith(":"):
                     continue
+                last_data = time.perf_counter()
                 chunk = line.removeprefix("data: ")
                 latency = time.perf_counter() - st
                 if chunk == "[DONE]":
                     continue
                 data = json.loads(chunk)
+                if not isinstance(data, dict):
+                    raise ValueError(f"a stream chunk that is not a JSON object: {chunk[:80]!r}")
                 choices = data.get("choices") or [{}]
                 text = choices[0].get("text") or ""
                 if text:
@@ -138,6 +173,12 @@ async def stream_completion(client: Any, url: str, model: str, prompt: Prompt, m
     except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
         out.error = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def _late(idle_left: float | None, idle: float | None, until: float | None) -> str:
+    if idle_left is not None and idle_left <= 0:
+        return f"no data from the server for {idle:g}s (--request-timeout)"
+    return "the load ran past its deadline (--load-timeout)"
 
 
 def client(concurrency: int, timeout: float = REQUEST_TIMEOUT) -> Any:
@@ -158,21 +199,46 @@ class Load:
 
 
 async def _run(
-    base_url: str, model: str, prompts: list[Prompt], concurrency: int, requests: int, out_len: int, timeout: float
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    concurrency: int,
+    requests: int,
+    out_len: int,
+    timeout: float,
+    deadline: float,
 ) -> Load:
     url = base_url.rstrip("/") + COMPLETIONS
     gate = asyncio.Semaphore(concurrency)
     order = [prompts[i % len(prompts)] for i in range(requests)]
     async with client(concurrency, timeout) as http:
+        start = time.perf_counter()
+        until = start + deadline if deadline > 0 else None
 
         async def one(p: Prompt) -> RequestResult:
             async with gate:
-                return await stream_completion(http, url, model, p, out_len)
+                if until is not None and time.perf_counter() >= until:
+                    return RequestResult(p.id, error="the load ran past its deadline (--load-timeout)")
+                return await stream_completion(http, url, model, p, out_len, idle=timeout, until=until)
 
-        start = time.perf_counter()
-        results = await asyncio.gather(*(one(p) for p in order))
+        tasks = [asyncio.ensure_future(one(p)) for p in order]
+        # the requests end themselves at the deadline; what is still stuck after that (a connect,
+        # a response that never starts) is cancelled, as often as it takes
+        _, pending = await asyncio.wait(tasks, timeout=deadline + 5.0 if deadline > 0 else None)
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=5.0)
         duration = time.perf_counter() - start
-    return Load(concurrency, list(results), duration)
+    results = []
+    for p, t in zip(order, tasks, strict=True):
+        if t.cancelled():
+            results.append(
+                RequestResult(p.id, error=f"the load ran past its deadline of {deadline:g}s (--load-timeout)")
+            )
+        else:
+            results.append(t.result())
+    return Load(concurrency, results, duration)
 
 
 def run_load(
@@ -183,9 +249,11 @@ def run_load(
     requests: int,
     output_len: int,
     timeout: float = REQUEST_TIMEOUT,
+    deadline: float = LOAD_TIMEOUT,
 ) -> Load:
-    """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight."""
-    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout))
+    """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight,
+    all of them done or cancelled within `deadline` seconds (0: no limit)."""
+    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline))
 
 
 def ready(base_url: str, timeout: float = 10.0) -> str | None:
@@ -216,3 +284,29 @@ def model_name(base_url: str, timeout: float = 10.0) -> str | None:
         return str(data[0]["id"]) if data else None
     except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError):
         return None
+
+
+def listening(base_url: str, timeout: float = 2.0) -> str | None:
+    """What accepts connections at the URL's host and port (a few words), or None when nothing
+    does: any listener counts, whether or not it speaks the OpenAI API."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError:
+        return None
+    what = f"{host}:{port} accepts connections"
+    import httpx
+
+    try:
+        r = httpx.get(base_url.rstrip("/") + MODELS, timeout=timeout, trust_env=False)
+        server = r.headers.get("server")
+        what += f"; GET {MODELS} gave HTTP {r.status_code}" + (f" from {server}" if server else "")
+    except httpx.HTTPError:
+        pass
+    return what

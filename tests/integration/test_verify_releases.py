@@ -65,7 +65,7 @@ def test_canary_takes_back_the_tactics_recipe_first(tmp_path: Path) -> None:
     before = Journal.open(site).applied_ids()
     assert sorted(before) == sorted(picked)
     port = free_port()
-    fake = server_command(site / "sglang", port, tmp_path / "state", "--serve-for", "1.5")
+    fake = server_command(site / "sglang", port, tmp_path / "state", "--serve-requests", "3")
     fake += ["--knob-if", f"mode=collapse:{RUNNER}:{OPENED}"]
     r = sm(
         "guard", "--target", site, "--timeout", "30", "--grace", "2", "--canary", "0.2",
@@ -77,4 +77,49 @@ def test_canary_takes_back_the_tactics_recipe_first(tmp_path: Path) -> None:
     assert modes == ["mode=collapse", "mode=ok"]
     # the recipes that route to other kernels stay: only the tactic choice went
     assert Journal.open(site).applied_ids() == [i for i in before if i != AUTOTUNE]
+    assert sm("rollback", site).returncode == 0 and snapshot(site) == pristine
+
+
+AR, FIX = "sglang-allreduce-fusion-sm120", "flashinfer-trtllm-comm-sm120"
+COMMUNICATOR = "srt/layers/communicator.py"
+AR_OPENED = r"_is_sm100_supported or _is_sm120_supported"  # 0.5.9's fusion gate, as the recipe widens it
+
+
+def test_one_at_a_time_measures_the_gate_with_the_backport_it_stands_on(tmp_path: Path) -> None:
+    """Issue 31.1, the real case: SGLang 0.5.9 and FlashInfer 0.6.3 in one site-packages after
+    `apply --arch sm_120`. The fused all-reduce gate opens only on the backported FlashInfer; the
+    fake server is faster where the gate is open (the host where the fusion pays)."""
+    site = tmp_path / "site"
+    fetch_or_skip("sglang", "0.5.9", site)
+    fetch_or_skip("flashinfer", "0.6.3", site)
+    pristine = snapshot(site)
+    r = sm("apply", site, "--arch", "sm_120", "--probe", "static", "--no-diff", timeout=900)
+    assert r.returncode in (0, 1), r.stderr  # 1: b12x is blocked on 0.6.3
+    applied = sorted(Journal.open(site).applied_ids())
+    assert {AR, FIX} <= set(applied), applied
+    after_apply = snapshot(site)
+    port = free_port()
+    fake = server_command(
+        site / "sglang", port, tmp_path / "state", "--knob-if", f"delay=0.003:{COMMUNICATOR}:{AR_OPENED}"
+    )
+    r = sm(
+        "verify", site, "--one-at-a-time", "--probe", "static", "--arch", "sm_120",
+        "--concurrency", "4", "--output-len", "20", "--requests", "8", "--warmup", "0", "--grace", "2",
+        "--noise-floor", "0.5", "--min-effect", "0.6",  # this test is about arms, not about the box's noise
+        "--ready-timeout", "30", "--url", f"http://127.0.0.1:{port}", "--out", tmp_path / "report", "--json",
+        "--", *fake, timeout=900,
+    )  # fmt: skip
+    data = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    by = {d["name"]: d for d in data["decisions"]}
+    assert FIX not in by and by[AR]["recipes"] == [AR, FIX] and by[AR]["verdict"] == "kept"
+    assert "no arm of its own" in data["together"][FIX] and "not applied" not in r.stderr
+    assert sorted(by) == sorted(i for i in applied if i != FIX)  # every other recipe: an arm of its own
+    # the gate's arm ran with the gate open (fast); every baseline without it
+    delays = [line.split()[1] for line in (tmp_path / "state" / "launches").read_text().splitlines()]
+    arms = [x["arm"] for x in data["launches"]]
+    assert [d for d, a in zip(delays, arms, strict=True) if a == AR] == ["delay=0.003"]
+    assert {d for d, a in zip(delays, arms, strict=True) if a != AR} == {"delay=0.01"}
+    assert len(arms) == 1 + 2 * len(by)
+    assert sorted(Journal.open(site).applied_ids()) == applied and snapshot(site) == after_apply
     assert sm("rollback", site).returncode == 0 and snapshot(site) == pristine

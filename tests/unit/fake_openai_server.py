@@ -8,10 +8,13 @@ at start. Test recipes rewrite those files.
 
     delay    seconds per streamed token (the speed)
     mode     "ok" | "collapse" (after 2 tokens, "!" forever: flashinfer#4841) | "late" (the last
-             quarter of each output differs: bf16-style late divergence)
+             quarter of each output differs: bf16-style late divergence) | "drift" (the first two
+             completions as "ok", then every answer differs from its first token on)
     crash    true: print a crash signature line and exit 1 before serving
     hang     true: never bind the port (not ready)
     stall    true: ready, but every completion stops after its first token (hung after ready)
+    wire     "ok" | "badjson" (chunks that are not JSON) | "blank" (blank lines and SSE comments,
+             never a token) | "endless" (tokens without end, past max_tokens) | "stall" (as stall)
 
 Answers: "Compute A + B" / "Compute A times B" get the right number, "Count from 1 to N" the count,
 everything else words picked from a hash of the prompt: greedy decoding, so the same prompt gives
@@ -19,6 +22,11 @@ the same text. Endpoints: GET /health, GET /v1/models, POST /v1/completions (SSE
 `data: {json}` lines, a final usage chunk, `data: [DONE]`). Binds 127.0.0.1 only. With --state,
 appends one line per launch (`pid knobs`) to DIR/launches, and one per request to DIR/requests.
 `--knob-if delay=0.003:srt/x.py:REGEX` sets a knob from a real release's file instead (delay, mode).
+Flags for what no recipe causes: `--wire W` and `--mode M` override the knobs (the server itself is
+broken), `--own-words` answers the count prompt in words (a model that phrases it its own way),
+`--serve-requests N` exits 0 after N completions, `--spawn-daemon` starts a child in a session of
+its own (setsid, as some launchers do) that sleeps, its pid appended to DIR/daemons. The port is
+bound with SO_REUSEPORT, so a test can hold it (bound, not listening) from before the launch on.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -103,23 +112,38 @@ def main() -> None:
         help="the knob takes VALUE when PKG/REL matches REGEX (a real release's gate, opened or not)",
     )
     ap.add_argument("--slow-stop", type=float, default=0.0, help="on SIGTERM, take this long to exit")
+    ap.add_argument("--wire", default=None, help="override the wire knob")
+    ap.add_argument("--mode", default=None, help="override the mode knob")
+    ap.add_argument("--own-words", action="store_true", help="answer the count prompt in words")
+    ap.add_argument("--serve-requests", type=int, default=0, help="exit 0 after this many completions")
+    ap.add_argument("--spawn-daemon", action="store_true", help="start a setsid child that sleeps")
     args = ap.parse_args()
     if args.slow_stop:
         signal.signal(signal.SIGTERM, lambda *_: (time.sleep(args.slow_stop), os._exit(143)))
     pkg = args.package
     delay = float(knob(pkg, "delay", 0.01))  # type: ignore[arg-type]
     mode = str(knob(pkg, "mode", "ok"))
+    wire = args.wire or str(knob(pkg, "wire", "ok"))
     for rule in args.knob_if:
         setting, rel, regex = rule.split(":", 2)
         name, value = setting.split("=", 1)
         if re.search(regex, (pkg / rel).read_text(), re.M):
             delay, mode = (float(value), mode) if name == "delay" else (delay, value)
+    mode = args.mode or mode
     lock = threading.Lock()
     if args.state:
         args.state.mkdir(parents=True, exist_ok=True)
         with open(args.state / "launches", "a") as fh:
             fh.write(f"{os.getpid()} delay={delay} mode={mode}\n")
-    print(f"fake server: delay={delay} mode={mode}", flush=True)
+    print(f"fake server: delay={delay} mode={mode} wire={wire}", flush=True)
+    if args.spawn_daemon:
+        import subprocess
+
+        code = "import time\nwhile True: time.sleep(1)\n"
+        kid = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.DEVNULL)
+        if args.state:
+            with open(args.state / "daemons", "a") as fh:
+                fh.write(f"{kid.pid}\n")
     if knob(pkg, "crash", False):
         print("Traceback (most recent call last):", flush=True)
         print(CRASH_LINE, flush=True)
@@ -155,8 +179,17 @@ def main() -> None:
                 return
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
             n = int(req.get("max_tokens", 16))
-            stall = bool(knob(pkg, "stall", False))
-            toks = generate(str(req.get("prompt", "")), n, mode)
+            stall = bool(knob(pkg, "stall", False)) or wire == "stall"
+            prompt = str(req.get("prompt", ""))
+            with lock:
+                started[0] += 1
+                nth = started[0]
+            toks = generate(prompt, n, mode)
+            if mode == "drift" and nth > 2:
+                toks = [" drifted"] + generate(prompt + " drift", n, "ok")[: n - 1]
+            if args.own_words and "Count from 1 to" in prompt:
+                toks = [" Sure!", " Here", " is", " the", " count:", " one,", " two,", " three", " and", " so", " on."]
+                toks = (toks + [" done"] * n)[:n]
             if args.state:
                 early = " early" if time.monotonic() < up_at else ""  # sent before /health said so
                 with lock, open(args.state / "requests", "a") as fh:
@@ -166,20 +199,41 @@ def main() -> None:
             self.send_header("Connection", "close")
             self.end_headers()
             try:
-                for i, tok in enumerate(toks):
+                if wire == "blank":
+                    while True:  # keeps the connection busy, never a token
+                        time.sleep(0.05)
+                        self.wfile.write(b"\n: keep-alive\n\n")
+                        self.wfile.flush()
+                i = 0
+                while i < len(toks) or wire == "endless":
+                    tok = toks[i % len(toks)]
                     time.sleep(delay if not (stall and i == 1) else 60)
                     chunk = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    line = "{not json" if wire == "badjson" else json.dumps(chunk)
+                    self.wfile.write(f"data: {line}\n\n".encode())
                     self.wfile.flush()
+                    i += 1
                 usage = {"choices": [], "usage": {"completion_tokens": len(toks)}}
                 self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass
+            if args.serve_requests:
+                with lock:
+                    served[0] += 1
+                    if served[0] == args.serve_requests:
+                        threading.Thread(target=httpd.shutdown).start()
 
-    http.server.ThreadingHTTPServer.daemon_threads = True
-    http.server.ThreadingHTTPServer.request_queue_size = 256  # a burst of connects must not wait on SYN retries
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # a burst of connects must not wait on SYN retries
+
+        def server_bind(self) -> None:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # the test holds the port
+            super().server_bind()
+
+    served, started = [0], [0]
+    httpd = Server(("127.0.0.1", args.port), Handler)
     up_at = time.monotonic() + 0.2  # /health answers 200 from then on
     print(READY, flush=True)
     if args.serve_for and mode == "ok":

@@ -79,6 +79,17 @@ def test_census_triage_and_verify_parts() -> None:
     ]  # fmt: skip
     assert _items(Evidence(7, "line").to_dict()) == [("line_no", 7, int), ("line", "line", str)]
     d = Decision("cand", ["rid"], False, ["slower"], "slower", {1: {"delta": -0.2}, 8: {"delta": None}}, {"agree": 3})
-    assert list(d.to_dict()) == ["name", "recipes", "keep", "reasons", "summary", "throughput", "answers", "launch"]
+    assert list(d.to_dict()) == [
+        "name",
+        "recipes",
+        "keep",
+        "reasons",
+        "summary",
+        "throughput",
+        "answers",
+        "launch",
+        "verdict",
+    ]
+    assert d.to_dict()["verdict"] == "rolled back"
     assert d.to_dict()["throughput"] == {"1": {"delta": -0.2}, "8": {"delta": None}}  # JSON keys are strings
     assert (d.to_dict()["answers"], d.to_dict()["launch"]) == ({"agree": 3}, None)

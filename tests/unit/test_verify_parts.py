@@ -109,7 +109,7 @@ def test_noise_is_twice_the_standard_error_with_a_floor() -> None:
 
 
 def run(tok_s: float, outputs: dict[str, str], failed: int = 0) -> dict[int, dict[str, Any]]:
-    return {8: {"summary": {"output_throughput": tok_s, "failed": failed}, "outputs": outputs}}
+    return {8: {"summary": {"output_throughput": tok_s, "completed": 8, "failed": failed}, "outputs": outputs}}
 
 
 PROMPTS = [Prompt("count", "short", "Count", answer="1, 2, 3"), Prompt("poem", "short", "Poem")]
@@ -206,3 +206,74 @@ def test_changes_outputs_key(tmp_path: Path) -> None:
     bad.write_text(src.replace('changes_outputs = "tactics"', 'changes_outputs = "maybe"'))
     with pytest.raises(UserError, match="changes_outputs: 'maybe' is not one of tactics, kernels"):
         load_recipe(bad)
+
+
+# --- arms from the dependency graph, inconclusive verdicts ---------------------------------------
+
+AR, FIX = "sglang-allreduce-fusion-sm120", "flashinfer-trtllm-comm-sm120"
+
+
+def test_a_gate_is_measured_with_the_backport_it_stands_on() -> None:
+    from sm120patch.verify import arms
+
+    on = {AR: {FIX}}
+    a = arms.build([FIX, AR, "autotune"], on, {FIX, AR, "autotune"}, one_at_a_time=True)
+    assert a.arms == {AR: [AR, FIX], "autotune": ["autotune"]}  # the backport has no arm of its own
+    assert "no arm of its own" in a.why[FIX] and "measured with flashinfer-trtllm-comm-sm120" in a.why[AR]
+    # the backport alone named: the gate applied on it joins (rolling the backport back takes it along)
+    b = arms.build([FIX], on, {FIX, AR}, one_at_a_time=True)
+    assert b.candidates == [FIX, AR] and b.arms == {AR: [AR, FIX]} and "joined the candidates" in b.why[AR]
+    # the gate alone named: the backport is not a candidate, it stays under every arm (the baseline too)
+    assert arms.build([AR], on, {FIX, AR}, one_at_a_time=True).arms == {AR: [AR]}
+    # together: one arm of everything, the dependents that joined included
+    assert arms.build([FIX, "autotune"], on, {FIX, AR, "autotune"}, False).arms == {"all": [FIX, "autotune", AR]}
+
+
+def test_noise_wider_than_the_min_effect_is_inconclusive() -> None:
+    # +5 % with runs scattered +-15 %: it may be 10 % slower; the H200 no-op candidates
+    base, cand = [run(100, GOOD), run(130, GOOD), run(85, GOOD)], [run(120, GOOD), run(90, GOOD)]
+    d = decide.decide("r", ["r"], PROMPTS, base, cand)
+    assert d.keep and d.verdict == "inconclusive, kept" and d.summary.startswith("inconclusive: noise +-")
+    assert "wider than --min-effect 5%" in d.summary and "repeats" in d.summary and "--requests a load" in d.summary
+    # by hand: means 105 and 105; ss = 25 + 625 + 400 + 225 + 225 = 1500 over 3 dof, s = 22.36, SE = s *
+    # sqrt(1/3 + 1/2) = 20.41, noise = 2 SE / 105 = 38.9 %; runs needed = 2 x (0.389 / 0.05)^2 = 120.9
+    assert d.throughput[8]["noise"] == pytest.approx(0.3888, abs=1e-3) and "about 121 repeats" in d.summary
+    assert "+-39% at c=8" in d.summary and "(or about 484 --requests a load" in d.summary  # 8 x 60.46 = 483.7
+    strict = decide.decide("r", ["r"], PROMPTS, base, cand, if_inconclusive="rollback")
+    assert not strict.keep and strict.verdict == "inconclusive, rolled back"
+    # the same noise with a candidate far faster than it is conclusive; a small noise is conclusive
+    assert decide.decide("r", ["r"], PROMPTS, base, [run(300, GOOD), run(310, GOOD)]).verdict == "kept"
+    calm = [run(100, GOOD), run(101, GOOD)]
+    assert decide.decide("r", ["r"], PROMPTS, calm, [run(100, GOOD), run(100.5, GOOD)]).verdict == "kept"
+    # a floor above min-effect cannot be narrowed by repeats: said so
+    floor = decide.decide("r", ["r"], PROMPTS, [run(100, GOOD)], [run(98, GOOD)], noise_floor=0.1)
+    assert "it is --noise-floor 10%" in floor.summary
+
+
+def test_an_arm_that_cannot_be_built_is_left_as_it_was() -> None:
+    why = {"outcome": "not built", "cause": "the arm could not be built (x: blocked: y); left as it was"}
+    d = decide.decide("r", ["r"], PROMPTS, [run(100, GOOD)], [], why)
+    assert d.keep and d.verdict == "left as it was" and d.summary.startswith("not judged:")
+
+
+def test_group_search_finds_the_culprits_by_halving() -> None:
+    from sm120patch.verify import groups
+
+    arms = [f"r{i}" for i in range(8)]
+    seen: list[list[str]] = []
+
+    def breaks(bad: set[str]):  # noqa: ANN202
+        return lambda s: seen.append(s) or bool(bad & set(s))
+
+    one = groups.search(arms, breaks({"r5"}))
+    # [r0..r3] clean, so r4..r7 holds it (not measured); [r4 r5] breaks; [r4] clean, so r5 (by
+    # elimination); [r6 r7] is measured too (a second culprit may be there) and is clean
+    assert one.culprits == ["r5"]
+    assert one.tests == [["r0", "r1", "r2", "r3"], ["r4", "r5"], ["r4"], ["r6", "r7"]]
+    assert one.inferred == {"r5": ["r4"]}
+    two = groups.search(arms, breaks({"r0", "r7"}))
+    assert sorted(two.culprits) == ["r0", "r7"]
+    # launch arithmetic (1 + 2R per measurement): 0 bad is together alone; 1 bad of 8 as above plus
+    # the confirmation of the 7 kept: 1 + 2 x (1 + 4 + 1) = 13, where one at a time is 1 + 2 x 8 = 17
+    assert groups.launches(8, set()) == 3 and groups.launches(8, {5}) == 13
+    assert groups.one_at_a_time_launches(8) == 17 and groups.launches(8, set(), repeats=2) == 5

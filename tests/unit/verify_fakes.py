@@ -12,7 +12,15 @@ from pathlib import Path
 from tests.unit.sglang_fakes import make_sglang
 
 FAKE_SERVER = Path(__file__).with_name("fake_openai_server.py")
-KNOBS = {"delay": "0.01", "mode": '"ok"', "crash": "False", "hang": "False", "stall": "False"}
+KNOBS = {
+    "delay": "0.01",
+    "mode": '"ok"',
+    "crash": "False",
+    "hang": "False",
+    "stall": "False",
+    "wire": '"ok"',
+    "note": '"none"',
+}
 # recipe id -> (knob, new value, extra recipe lines)
 RECIPES = {
     "fake-fast": ("delay", "0.003", ""),
@@ -23,6 +31,10 @@ RECIPES = {
     "fake-hang": ("hang", "True", ""),
     "fake-stall": ("stall", "True", ""),
     "fake-misfit": ("delay", "0.001", ""),  # its diff expects another release: it never applies
+    "fake-badjson": ("wire", '"badjson"', ""),  # every completion chunk is not JSON
+    "fake-noop": ("note", '"x"', ""),  # a knob the server does not read: changes nothing
+    "fake-retune": ("delay", "0.005", 'changes_outputs = "tactics"\n'),  # another tactic: only the speed
+    "fake-drift": ("mode", '"drift"', 'changes_outputs = "tactics"\n'),  # answers change after two
 }
 MISFIT_BEFORE = {"fake-misfit": "0.5"}
 
@@ -60,10 +72,26 @@ def make_recipes(root: Path) -> Path:
     return root
 
 
+_HELD: list[socket.socket] = []  # the reservations, open until the test process ends
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no other process can take: bound here with SO_REUSEPORT and never listened on, so
+    only the fake server (which binds with SO_REUSEPORT too, as this uid) can serve on it, and a
+    connection finds no one until it does. Releasing the port before the server binds would let
+    any process on a busy box take it in between."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    _HELD.append(s)
+    return int(s.getsockname()[1])
+
+
+def release_port(port: int) -> None:
+    """Give a reserved port up (for a server that binds without SO_REUSEPORT, e.g. http.server)."""
+    for s in [s for s in _HELD if s.getsockname()[1] == port]:
+        _HELD.remove(s)
+        s.close()
 
 
 def server_command(pkg: Path, port: int, state: Path, *extra: str) -> list[str]:
