@@ -107,6 +107,11 @@ def state_dir_for(root: Path) -> Path:
     local = root / DIRNAME
     if local.is_symlink():  # never write the journal through a link, wherever it points
         raise JournalError(f"{local}: is a symlink; remove it (sm120patch keeps its journal in a real folder there)")
+    if local.exists() and not local.is_dir():  # neither "nothing applied" nor a lock error: say what is there
+        raise JournalError(
+            f"{local}: is a file where sm120patch keeps its state folder (the journal and the original bytes); "
+            "remove it or move it aside, then run the command again"
+        )
     if local.is_dir() or os.access(root, os.W_OK):
         return local
     base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))

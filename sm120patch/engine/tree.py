@@ -21,7 +21,7 @@ from sm120patch.engine.journal import Journal
 from sm120patch.errors import UserError
 from sm120patch.hashing import sha256
 from sm120patch.hints import rollback_command
-from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED, STALE, RecipePlan, plan
+from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED, FAILED, STALE, RecipePlan, plan
 from sm120patch.planning.targets import Target, discover
 from sm120patch.probes.recheck import Recheck, recheck
 
@@ -399,6 +399,8 @@ def _replay(
 
     # what was applied is replayed as applied, also on a release newer than a recipe was tested on
     for p in plan(target, [by_id[a["id"]] for a in replay], replay_arch, read=read, allow_untested=True):
+        if p.status == FAILED:  # a kept recipe that cannot be replayed must not vanish from the files
+            raise UserError(f"{target.root}: {p.recipe.id} cannot be replayed over the original bytes: {p.reason}")
         for rel, (_, after) in p.changes.items():
             if rel in new:
                 new[rel] = after
