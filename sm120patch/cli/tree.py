@@ -296,7 +296,7 @@ def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arc
 @tree_options(targets=False, arch=False, recipes=False)
 def clone_cmd(opts: TreeOptions, source: str, dest: Path) -> int:
     """Make a fresh clone to patch: `sm120patch clone https://github.com/sgl-project/sglang@v0.5.9 sglang`."""
-    from sm120patch.engine.gitops import clone
+    from sm120patch.gitops import clone
 
     info = clone(source, dest)
     if opts.as_json:

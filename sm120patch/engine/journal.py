@@ -38,9 +38,9 @@ from sm120patch import __version__
 from sm120patch.errors import JournalError, UserError
 from sm120patch.hashing import sha256, sha256_text
 from sm120patch.hints import rollback_command
+from sm120patch.planning.targets import DIRNAME  # noqa: F401 (journal.DIRNAME: its readers import it here)
 
 SCHEMA = 1
-DIRNAME = ".sm120patch"
 TMP_SUFFIX = ".sm120patch-tmp"
 
 # Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
@@ -401,7 +401,7 @@ class Journal:
         if (self.root / ".git").is_dir():
             exclude = self.root / ".git" / "info" / "exclude"
         else:
-            from sm120patch.engine.gitops import git_path
+            from sm120patch.gitops import git_path
 
             found = git_path(self.root, "info/exclude")
             if found is None:

@@ -431,7 +431,7 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
         return EditResult(edit.name, ERROR, [], f"{edit.diff_path}: no '+++ b/<path>' lines")
     import tempfile
 
-    from sm120patch.engine.gitops import diff_applies
+    from sm120patch.gitops import diff_applies
 
     with tempfile.TemporaryDirectory(prefix="sm120patch-diff-") as tmp:
         scratch = Path(tmp) / "tree"

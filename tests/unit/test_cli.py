@@ -18,6 +18,7 @@ import pytest
 
 from sm120patch.cli import cli, main
 from sm120patch.cli import common as cli_common
+from sm120patch.engine import which_flashinfer
 from sm120patch.probes import recipe_probe
 from tests.unit.sglang_fakes import (
     ALL_IDS,
@@ -229,7 +230,7 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return probe
 
-    monkeypatch.setattr(recipe_probe, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(which_flashinfer, "resolve_flashinfer", lambda *a: None)
     monkeypatch.setattr(recipe_probe, "make_probe", make_probe)
 
 
@@ -402,7 +403,7 @@ def test_clone_errors(sm, bare: tuple[Path, str], tmp_path: Path) -> None:  # no
     ],
 )
 def test_split_ref(source: str, split: tuple[str, str | None]) -> None:
-    from sm120patch.engine.gitops import split_ref
+    from sm120patch.gitops import split_ref
 
     assert split_ref(source) == split
 
