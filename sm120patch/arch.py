@@ -25,17 +25,33 @@ KNOWN = ("sm_90", "sm_100", "sm_103", "sm_120", "sm_121")
 DEFAULT = "sm_120"
 
 
+# Every compute capability CUDA has named (CUDA C Programming Guide, "Compute Capabilities"; 10.1 is
+# Thor's number before CUDA 13 called it 11.0). A name outside it is a typo, never a GPU: `sm_999`
+# or `sm_12` would plan every recipe `not-applicable` and exit 0, a silent "nothing to do".
+CUDA_ARCHS: frozenset[tuple[int, int]] = frozenset(
+    {(5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 8), (8, 9)}
+    | {(9, 0), (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1)}
+)
+
+
 def parse_arch(text: str) -> Arch:
-    """Accept `sm_120`, `sm120`, `120`, `12.0`; reject anything else with the fix."""
+    """Accept `sm_120`, `sm120`, `120`, `12.0` (an `a`/`f` suffix too) for an architecture CUDA
+    has; reject anything else, naming the ones this tool's recipes are about."""
     t = text.strip().lower()
     m = re.fullmatch(r"(?:sm_?)?(\d{2,3})[af]?", t)
+    n = re.fullmatch(r"(\d{1,2})\.(\d)", t)
     if m:
-        digits = m.group(1)
-        return Arch(int(digits[:-1]), int(digits[-1]))
-    m = re.fullmatch(r"(\d{1,2})\.(\d)", t)
-    if m:
-        return Arch(int(m.group(1)), int(m.group(2)))
-    raise UserError(f"--arch {text!r}: not an architecture; use one of {', '.join(KNOWN)} (or 12.0 style)")
+        arch = Arch(int(m.group(1)[:-1]), int(m.group(1)[-1]))
+    elif n:
+        arch = Arch(int(n.group(1)), int(n.group(2)))
+    else:
+        raise UserError(f"--arch {text!r}: not an architecture; use one of {', '.join(KNOWN)} (or 12.0 style)")
+    if (arch.major, arch.minor) not in CUDA_ARCHS:
+        raise UserError(
+            f"--arch {text!r}: no GPU has compute capability {arch.major}.{arch.minor}; use one of "
+            f"{', '.join(KNOWN)} (or another CUDA architecture, such as sm_86)"
+        )
+    return arch
 
 
 # What SGLang/FlashInfer arch predicates mean, by the token in their name:

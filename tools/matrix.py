@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sm120patch.arch import parse_arch  # noqa: E402
 from sm120patch.catalogue.recipes import load_recipes  # noqa: E402
 from sm120patch.engine import pipeline as transaction  # noqa: E402
+from sm120patch.engine import which_flashinfer  # noqa: E402
 from sm120patch.engine.tree import block_failing  # noqa: E402
 from sm120patch.planning.plan import plan  # noqa: E402
 from sm120patch.planning.targets import discover  # noqa: E402
@@ -79,7 +80,7 @@ def with_pinned_flashinfer(version: str) -> tuple[str | None, dict[str, str], di
     block_failing(plans, gatekeeper.make_probe([arch], flashinfer_env.from_tree(fi_tree), "static"))
     alone = {p.recipe.id: p.status for p in plans}
     targets = [target, *discover(fi_tree, "flashinfer")]
-    fi = gatekeeper.resolve_flashinfer(targets, None, None)
+    fi = which_flashinfer.resolve_flashinfer(targets, None, None)
     run = transaction.RunSettings([arch], fi, "static", gatekeeper.make_probe)
     pair = {p.recipe.id: p.status for p in transaction.plan_many(targets, recipes, run)}
     return fi_version, alone, pair

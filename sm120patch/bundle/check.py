@@ -26,7 +26,7 @@ def check_bundle(
     bundle's bytes, per recipe ok or mismatch, the problems, and `ok`. `level` None: the bundle's rung."""
     from sm120patch.bundle.node import MISMATCH, bundle_targets, check_node, file_states
     from sm120patch.bundle.read import read
-    from sm120patch.probes.recipe_probe import resolve_flashinfer
+    from sm120patch.engine.which_flashinfer import resolve_flashinfer
 
     bundle = read(bundle_dir)
     paths = [path] if path else []

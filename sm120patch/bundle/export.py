@@ -111,7 +111,7 @@ def _kept_plans(
 
 def _verify_applies(parent_files: dict[str, bytes], diff: str, expected: dict[str, bytes]) -> None:
     """`git apply` the patch to a scratch copy of its before-bytes: it must give the planned bytes."""
-    from sm120patch.engine.gitops import diff_applies
+    from sm120patch.gitops import diff_applies
 
     with tempfile.TemporaryDirectory(prefix="sm120patch-export-") as tmp:
         scratch = Path(tmp) / "tree"

@@ -170,4 +170,6 @@ def make_tree_probe(
 ) -> Any:
     if level == "none":
         return None
-    return recipe_probe.make_probe(archs, recipe_probe.resolve_flashinfer(targets, flashinfer, python), level)
+    from sm120patch.engine import which_flashinfer
+
+    return recipe_probe.make_probe(archs, which_flashinfer.resolve_flashinfer(targets, flashinfer, python), level)

@@ -12,9 +12,10 @@ from sm120patch.cli import common
 from sm120patch.cli.bundle import preflight_bundle
 from sm120patch.cli.common import emit_json
 from sm120patch.cli.options import TreeOptions, bundle_option, tree_options
+from sm120patch.engine.which_flashinfer import resolve_flashinfer
 from sm120patch.errors import EXIT_FAILED, EXIT_OK, UserError
 from sm120patch.planning.targets import discover, targets_for
-from sm120patch.probes.recipe_probe import resolve_archs, resolve_flashinfer
+from sm120patch.probes.recipe_probe import resolve_archs
 from sm120patch.status import fails
 
 if TYPE_CHECKING:

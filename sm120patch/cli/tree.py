@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,7 @@ from sm120patch.status import APPLIED
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
+    from sm120patch.planning.plan import RecipePlan
     from sm120patch.planning.targets import Target
 
 
@@ -70,7 +73,8 @@ def plan_cmd(opts: TreeOptions, no_diff: bool, stat: bool) -> int:
 @click.option("--commit", is_flag=True, help="On a git target, commit each recipe on branch sm120patch/<arch>.")
 @wait_option
 @allow_untested_option(ALLOW_UNTESTED)
-@click.option("--no-diff", is_flag=True, help="Do not print the diffs written.")
+@click.option("--diff", "show_diff", is_flag=True, help="Also print the unified diff of what was written.")
+@click.option("--no-diff", "no_diff", is_flag=True, hidden=True, help="The default (kept for scripts that pass it).")
 @bundle_option(
     "Apply this bundle (`sm120patch export -o DIR`) instead of the catalogue: its patches, byte for byte, "
     "through the journal and the probe. PATH defaults to what this Python imports; refused (exit 2) when "
@@ -82,6 +86,7 @@ def apply_cmd(
     force: bool,
     commit: bool,
     wait_s: float,
+    show_diff: bool,
     no_diff: bool,
     bundle_dir: Path | None,
 ) -> int:
@@ -99,6 +104,10 @@ def apply_cmd(
     With --bundle DIR, the edits are the bundle's patches (an image build: `sm120patch
     apply --bundle DIR --arch sm_120`, no GPU needed); `rollback` and `status` work as after
     any apply.
+
+    It prints what it did: a line per recipe, then each file written (lines added and
+    removed, by which recipes). --diff adds the diff of what was written; `plan` shows
+    the diff of what would be.
     """
     from sm120patch.engine.pipeline import RunSettings, apply_many
 
@@ -110,7 +119,7 @@ def apply_cmd(
             )
         if opts.installed and opts.paths:
             raise UserError("give PATH or --installed, not both (without PATH, --bundle patches what Python imports)")
-        return apply_bundle(bundle_dir, opts, force=force, commit=commit, wait_s=wait_s, no_diff=no_diff)
+        return apply_bundle(bundle_dir, opts, force=force, commit=commit, wait_s=wait_s, no_diff=not show_diff)
 
     recipes, targets, archs, arch_note = common.inputs(opts, only)
     common.say_arch(archs, arch_note, opts.as_json)
@@ -118,7 +127,37 @@ def apply_cmd(
     plans = apply_many(
         targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=opts.exclude
     )
-    return report(archs, targets, plans, opts.as_json, show_diff=not no_diff, ok_blocked=opts.ok_blocked)
+    code = report(archs, targets, plans, opts.as_json, show_diff=False, ok_blocked=opts.ok_blocked)
+    if not opts.as_json:
+        _print_written(plans, show_diff and not no_diff)
+    return code
+
+
+def _print_written(plans: Sequence[RecipePlan], show_diff: bool) -> None:
+    """What this apply wrote, per file (`git diff --stat`'s figures, and the recipes behind each
+    file); with `show_diff`, the diff of exactly those writes. A recipe left blocked, untested or
+    failed wrote nothing, so none of its lines appear here (`plan` shows what it would write)."""
+    from sm120patch.planning.diffs import colour, stat
+
+    written = [p for p in plans if p.status == APPLIED and p.changes]
+    files: dict[str, tuple[bytes, bytes, list[str]]] = {}
+    for p in written:
+        for rel, (before, after) in sorted(p.changes.items()):
+            first, _, ids = files.get(rel, (before, after, []))
+            files[rel] = (first, after, [*ids, p.recipe.id])
+    if not files:
+        click.echo("wrote nothing")
+        return
+    click.echo(f"wrote {len(files)} file(s):")
+    width = max(len(rel) for rel in files)
+    for rel, (before, after, ids) in sorted(files.items()):
+        added, removed = stat(before.decode("utf-8"), after.decode("utf-8"))
+        click.echo(f"  {rel:<{width}}  +{added} -{removed}  ({', '.join(ids)})")
+    if show_diff:
+        paint = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        for p in written:
+            click.echo("")
+            click.echo(colour(p.diff()) if paint else p.diff(), nl=False)
 
 
 @click.command("rollback", short_help=cli.summary("rollback"))
@@ -257,7 +296,7 @@ def _status_archs(targets: Sequence[Target], given: tuple[str, ...]) -> list[Arc
 @tree_options(targets=False, arch=False, recipes=False)
 def clone_cmd(opts: TreeOptions, source: str, dest: Path) -> int:
     """Make a fresh clone to patch: `sm120patch clone https://github.com/sgl-project/sglang@v0.5.9 sglang`."""
-    from sm120patch.engine.gitops import clone
+    from sm120patch.gitops import clone
 
     info = clone(source, dest)
     if opts.as_json:

@@ -38,9 +38,9 @@ from sm120patch import __version__
 from sm120patch.errors import JournalError, UserError
 from sm120patch.hashing import sha256, sha256_text
 from sm120patch.hints import rollback_command
+from sm120patch.planning.targets import DIRNAME  # noqa: F401 (journal.DIRNAME: its readers import it here)
 
 SCHEMA = 1
-DIRNAME = ".sm120patch"
 TMP_SUFFIX = ".sm120patch-tmp"
 
 # Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
@@ -107,6 +107,11 @@ def state_dir_for(root: Path) -> Path:
     local = root / DIRNAME
     if local.is_symlink():  # never write the journal through a link, wherever it points
         raise JournalError(f"{local}: is a symlink; remove it (sm120patch keeps its journal in a real folder there)")
+    if local.exists() and not local.is_dir():  # neither "nothing applied" nor a lock error: say what is there
+        raise JournalError(
+            f"{local}: is a file where sm120patch keeps its state folder (the journal and the original bytes); "
+            "remove it or move it aside, then run the command again"
+        )
     if local.is_dir() or os.access(root, os.W_OK):
         return local
     base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state"))
@@ -396,7 +401,7 @@ class Journal:
         if (self.root / ".git").is_dir():
             exclude = self.root / ".git" / "info" / "exclude"
         else:
-            from sm120patch.engine.gitops import git_path
+            from sm120patch.gitops import git_path
 
             found = git_path(self.root, "info/exclude")
             if found is None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe
-from sm120patch.engine import tree as engine
+from sm120patch.engine import steps
 from sm120patch.engine.journal import Applied, Dependent, Journal
 from sm120patch.engine.pipstate import Retired, retire
 from sm120patch.errors import UserError
@@ -43,8 +43,9 @@ from sm120patch.planning.plan import APPLICABLE, APPLIED, EXCLUDED, REVERTED, Re
 from sm120patch.planning.targets import Target
 from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
 from sm120patch.probes.environment.overlay import overlay
+from sm120patch.probes.evidence import stands_on
 
-MakeProbe = Callable[[Sequence[Arch], Any, str], "engine.Probe | None"]
+MakeProbe = Callable[[Sequence[Arch], Any, str], "steps.Probe | None"]
 
 
 @dataclass
@@ -59,11 +60,11 @@ class RunSettings:
     fixed: bool = False  # make_probe ignores the FlashInfer it is given (a caller's own probe)
     exclude: frozenset[str] = frozenset()  # --exclude: recipes never probed nor written (export reads it here)
 
-    def probe(self, fi: FlashInferEnv | None) -> engine.Probe | None:
+    def probe(self, fi: FlashInferEnv | None) -> steps.Probe | None:
         return self.make_probe(self.archs, fi, self.level)
 
     @classmethod
-    def with_probe(cls, archs: Sequence[Arch], probe: engine.Probe | None, allow_untested: bool = False) -> RunSettings:
+    def with_probe(cls, archs: Sequence[Arch], probe: steps.Probe | None, allow_untested: bool = False) -> RunSettings:
         """A run whose probe is given (engine.apply's callers): no FlashInfer is resolved or mirrored."""
         return cls(list(archs), None, "given", lambda a, f, lv: probe, allow_untested, fixed=True)
 
@@ -79,9 +80,10 @@ class RunSettings:
     ) -> RunSettings:
         """What one plan/apply/export shares: the catalogue's probe at `level`, judging the FlashInfer
         the targets run on (--flashinfer, else beside them, else what `python` imports; none at `none`)."""
+        from sm120patch.engine import which_flashinfer
         from sm120patch.probes import recipe_probe
 
-        fi = None if level == "none" else recipe_probe.resolve_flashinfer(targets, flashinfer, python)
+        fi = None if level == "none" else which_flashinfer.resolve_flashinfer(targets, flashinfer, python)
         return cls(list(archs), fi, level, lambda a, f, lv: recipe_probe.make_probe(a, f, lv), allow_untested)
 
 
@@ -147,13 +149,13 @@ def plan_target(
     after them, and the proofs of the recipes that may be written."""
     is_fi = t.package == "flashinfer"
     base = _fi_of(t, run) if is_fi else fi_new
-    applied = engine.applied_reasons(journal, t)
+    applied = steps.applied_reasons(journal, t)
     plans = plan(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
     if choice.only or choice.exclude:
         # plan the chosen ones on their own, so their before-bytes are the tree's and not another
         # recipe's output; the others are still reported
         ids = {p.recipe.id for p in plans if choice.wants(p.recipe.id)}
-        plans = engine.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested)
+        plans = steps.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested)
         for p in plans:
             if p.recipe.id in choice.exclude and p.status != APPLIED:
                 p.mark(EXCLUDED, f"excluded (--exclude): {p.reason}")
@@ -163,13 +165,13 @@ def plan_target(
     if todo:
         if is_fi and not run.fixed and run.level != "none":
             after = overlay(base, _package_changes(t, todo))
-        proofs = engine.block_failing(todo, run.probe(after))
+        proofs = steps.block_failing(todo, run.probe(after))
         keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
         if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
-            plans = engine.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested)
+            plans = steps.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested)
             if is_fi and not run.fixed and run.level != "none":
                 after = overlay(base, _package_changes(t, [p for p in plans if p.recipe.id in keep]))
-    engine.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
+    steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
     return plans, after, proofs
 
 
@@ -333,7 +335,7 @@ def apply_many(
     fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
     roots = [t.root for t in targets]
     if commit:  # before a byte is written: a commit that cannot be made must not leave files changed
-        from sm120patch.engine.gitops import identity_problem
+        from sm120patch.gitops import identity_problem
 
         for t in [t for t in targets if t.is_git]:
             problem = identity_problem(t.root)
@@ -351,7 +353,7 @@ def apply_many(
                 journal = journals[t.root]
                 now = _fi_of(t, run) if t.package == "flashinfer" else fi
                 before = {a["id"]: a for a in journal.applied}
-                stale = engine.take_back_stale(journal, t, recipes, run.archs, run.probe(now))
+                stale = steps.take_back_stale(journal, t, recipes, run.archs, run.probe(now))
                 if t.package == "flashinfer" and stale:
                     why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
                     _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone)
@@ -360,7 +362,7 @@ def apply_many(
                 if t.package == "flashinfer":
                     _relocate(proofs, _fi_of(t, run))
                 todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-                engine.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
+                steps.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
                 if t.package == "flashinfer":
                     note_shadowing_builds(t, plans)
                     fi = _fi_of(t, run) or fi  # now patched on disk: what the SGLang probes judge
@@ -396,7 +398,7 @@ def _take_back_dependents(
     if not entries:
         return
     for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
-        engine.rollback_locked(journals[sg.root], sg, recipes, None, ids, force=False)
+        steps.rollback_locked(journals[sg.root], sg, recipes, None, ids, force=False)
         gone.setdefault(sg.root, {}).update({i: why for i in ids})
 
 
@@ -410,32 +412,16 @@ def _record_dependents(
     of this run changed: it stands on that recipe, and goes when it goes."""
     done = {p.recipe.id for p in plans if p.status == APPLIED}
     for entry in [e for e in journals[t.root].entries(t.package) if e.id in done]:
-        for v in entry.verdicts:
-            where = ((v.get("evidence") or {}).get("flashinfer") or {}).get("location")
-            if where not in fi_recipes:
-                continue
-            fi_target, ids = fi_recipes[where]
+        for where, (fi_target, ids) in fi_recipes.items():
             fi_journal = journals[fi_target.root]
-            read = set((v.get("evidence") or {}).get("files") or {})
             for a in fi_journal.entries("flashinfer"):
-                # a dependent read what the FlashInfer recipe changed (paths inside the package)
-                if a.id in ids and read & _changed_in_package(fi_target, a):
+                if a.id in ids and stands_on(entry.verdicts, _changed_in_package(fi_target, a), where):
                     a.add_dependent(Dependent(t.root, t.package, entry.id))
             fi_journal.save()
 
 
 def _changed_in_package(fi_target: Target, entry: Applied) -> set[str]:
     return {(fi_target.root / rel).relative_to(fi_target.package_dir).as_posix() for rel in entry.files}
-
-
-def _stands_on(entry: Applied, fi_target: Target, changed: set[str]) -> bool:
-    """An SGLang entry whose recorded proof read, in this FlashInfer, files a FlashInfer recipe changed."""
-    for v in entry.verdicts:
-        ev = v.get("evidence") or {}
-        where = (ev.get("flashinfer") or {}).get("location")
-        if where and Path(where) == fi_target.package_dir and set(ev.get("files") or {}) & changed:
-            return True
-    return False
 
 
 def _dependents_of(
@@ -455,7 +441,7 @@ def _dependents_of(
         ids = [
             a.id
             for a in journals[sg.root].entries("sglang")
-            if (sg.root, a.id) in deps or _stands_on(a, fi_target, changed)
+            if (sg.root, a.id) in deps or stands_on(a.verdicts, changed, fi_target.package_dir)
         ]
         if ids:
             out[sg] = ids
@@ -510,7 +496,7 @@ def rollback_many(
                 key = (t.root, t.package)
                 r: dict[str, Any] = {"rolled_back": [], "kept_copies": [], "remaining": [], "files": []}
                 if drop[key]:
-                    r = engine.rollback_locked(journals[t.root], t, recipes, None, drop[key], force=force)
+                    r = steps.rollback_locked(journals[t.root], t, recipes, None, drop[key], force=force)
                 else:
                     r["remaining"] = [
                         a["id"] for a in journals[t.root].applied if a.get("package", t.package) == t.package

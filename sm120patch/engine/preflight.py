@@ -15,10 +15,11 @@ from typing import Any
 from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.engine.journal import Journal
-from sm120patch.engine.tree import Probe, applied_reasons, block_failing, mark_stale
+from sm120patch.engine.steps import Probe, applied_reasons, block_failing, mark_stale
 from sm120patch.planning.plan import APPLICABLE, BLOCKED, RecipePlan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import Target
+from sm120patch.probes.evidence import stands_on
 from sm120patch.probes.recipe_probe import make_probe
 from sm120patch.probes.rungs import rung_index
 from sm120patch.status import advice
@@ -169,8 +170,7 @@ def _stands_on(pairs: Sequence[tuple[Target, RecipePlan]]) -> dict[str, list[str
     for _, p in pairs:
         if p.recipe.package != "sglang":
             continue
-        read = {f for v in p.probe for f in ((v.get("evidence") or {}).get("files") or {})}  # type: ignore[union-attr]
-        hits = [i for i, changed in fi_changes.items() if read & changed]
+        hits = [i for i, changed in fi_changes.items() if stands_on(p.probe, changed)]
         if hits:
             out[p.recipe.id] = hits
     return out

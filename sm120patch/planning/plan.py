@@ -8,8 +8,10 @@ one produced, so two recipes may edit one file and the diffs compose.
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,15 +39,38 @@ from sm120patch.status import (  # noqa: F401 (the vocabulary, re-exported for t
 )
 
 
+class Outcome(str, Enum):
+    """What one edit found: the closed set the plan and its readers (JSON, bundles) know."""
+
+    CHANGED = "changed"
+    SATISFIED = "satisfied"
+    MISSING = "missing"
+    ERROR = "error"
+
+    __str__ = str.__str__  # the word, on every Python (as Status)
+    __format__ = str.__format__
+
+
+CHANGED, EDIT_SATISFIED, MISSING, ERROR = Outcome.CHANGED, Outcome.SATISFIED, Outcome.MISSING, Outcome.ERROR
+
+
+class Unparsable(TargetError):
+    """A file an edit must read does not decode or parse: that recipe fails with this line (the file,
+    the line, the fix), the others go on."""
+
+
 @dataclass
 class EditResult:
     name: str
-    outcome: str  # changed | satisfied | missing | error
+    outcome: Outcome
     files: list[str] = field(default_factory=list)
     note: str = ""
 
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # an outcome outside the set is refused where it is made
+
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return {**asdict(self), "outcome": self.outcome.value}
 
 
 @dataclass
@@ -122,7 +147,7 @@ class Workspace:
             try:
                 self.text[path] = self.base[path] = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise TargetError(f"{path}: not UTF-8; sm120patch only edits UTF-8 Python sources") from None
+                raise Unparsable(f"{path}: not UTF-8; sm120patch only edits UTF-8 Python sources") from None
         return self.text[path]
 
     def encode(self, path: Path, text: str) -> bytes:
@@ -139,8 +164,8 @@ class Workspace:
             try:
                 mod = cst.parse_module(text)
             except cst.ParserSyntaxError as e:
-                raise TargetError(
-                    f"{path}: does not parse ({e.message}, line {e.raw_line}); "
+                raise Unparsable(
+                    f"{path}: does not parse (line {e.raw_line}: {e.message}); "
                     "restore the file from the release or your VCS"
                 ) from None
             versions[text] = mod
@@ -246,13 +271,13 @@ def plan_recipe(
     before = ws.snapshot()
     results: list[EditResult] = []
     for edit in recipe.edits:
-        res = run_edit(ws, edit)
+        res = _run_edit_contained(ws, edit)
         results.append(res)
-        if res.outcome == "error":
+        if res.outcome == ERROR:
             ws.text = before
             return RecipePlan(recipe, target, FAILED, f"edit {edit.name}: {res.note}", results)
     required = [r for r, e in zip(results, recipe.edits, strict=True) if not e.optional]
-    missing = [r for r in required if r.outcome == "missing"]
+    missing = [r for r in required if r.outcome == MISSING]
     changes = {}
     for path, code in ws.text.items():
         old = before.get(path, ws.base[path])
@@ -263,7 +288,7 @@ def plan_recipe(
         return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)
     version_note = "" if target.version else " (version unknown: matched by structure only)"
     if changes:
-        where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == "changed"}))
+        where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == CHANGED}))
         if recipe.untested(target.version):
             newest = recipe.tested[-1]
             if not allow_untested:
@@ -289,10 +314,32 @@ def plan_recipe(
         target,
         SATISFIED,
         f"this release already does it for {recipe.arch[0].name}: "
-        + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == "satisfied")
+        + ", ".join(f"{r.name} in {', '.join(r.files)}" for r in results if r.outcome == EDIT_SATISFIED)
         + version_note,
         results,
     )
+
+
+def _run_edit_contained(ws: Workspace, edit: Edit) -> EditResult:
+    """One edit, its failure kept to its recipe (as LibCST's codemod runner keeps a failure to its
+    file): a file that does not parse, or a transform that raises, is this edit's `error` with the
+    reason; the other recipes are still planned. SM120PATCH_DEBUG=1 lets a transform's exception
+    through, with its traceback, for the developer fixing it."""
+    try:
+        return run_edit(ws, edit)
+    except Unparsable as e:
+        return EditResult(edit.name, ERROR, [], str(e))
+    except Exception as e:
+        if os.environ.get("SM120PATCH_DEBUG"):
+            raise
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        return EditResult(
+            edit.name,
+            ERROR,
+            [],
+            f"transform {edit.transform or 'diff'} raised {type(e).__name__}: {e} (at {Path(frame.filename).name}:"
+            f"{frame.lineno}; a bug in sm120patch: rerun with SM120PATCH_DEBUG=1 and report it)",
+        )
 
 
 def run_edit(ws: Workspace, edit: Edit) -> EditResult:
@@ -336,17 +383,17 @@ def run_edit(ws: Workspace, edit: Edit) -> EditResult:
             try:
                 compile(code, str(path), "exec")
             except SyntaxError as e:
-                return EditResult(edit.name, "error", [ws.target.rel(path)], f"rewritten code does not compile ({e})")
+                return EditResult(edit.name, ERROR, [ws.target.rel(path)], f"rewritten code does not compile ({e})")
             if out.notes:
-                return EditResult(edit.name, "error", [ws.target.rel(path)], "; ".join(out.notes))
+                return EditResult(edit.name, ERROR, [ws.target.rel(path)], "; ".join(out.notes))
             ws.set(path, code, out.module)
         if changed:
-            return EditResult(edit.name, "changed", [ws.target.rel(p) for p, _ in changed])
+            return EditResult(edit.name, CHANGED, [ws.target.rel(p) for p, _ in changed])
         notes = [n for _, o in outcomes for n in o.notes]
         if notes:
-            return EditResult(edit.name, "error", rel, "; ".join(notes))
+            return EditResult(edit.name, ERROR, rel, "; ".join(notes))
         return _satisfied(ws, edit, [p for p, _ in outcomes])
-    return EditResult(edit.name, "missing", [], transform.describe_missing())
+    return EditResult(edit.name, MISSING, [], transform.describe_missing())
 
 
 def _satisfied(ws: Workspace, edit: Edit, paths: Sequence[Path]) -> EditResult:
@@ -362,13 +409,13 @@ def _satisfied(ws: Workspace, edit: Edit, paths: Sequence[Path]) -> EditResult:
             where = ws.target.rel(path)
             return EditResult(
                 edit.name,
-                "error",
+                ERROR,
                 [where],
                 f"{where} already opens this gate, but {', '.join(sorted(missing))} is bound nowhere in the "
                 "module (NameError on the GPU the gate admits): bind it, or restore the file from the release "
                 "and apply again",
             )
-    return EditResult(edit.name, "satisfied", rel)
+    return EditResult(edit.name, EDIT_SATISFIED, rel)
 
 
 def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
@@ -381,17 +428,17 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
     patch = edit.diff_path.read_text()
     rels = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
     if not rels:
-        return EditResult(edit.name, "error", [], f"{edit.diff_path}: no '+++ b/<path>' lines")
+        return EditResult(edit.name, ERROR, [], f"{edit.diff_path}: no '+++ b/<path>' lines")
     import tempfile
 
-    from sm120patch.engine.gitops import diff_applies
+    from sm120patch.gitops import diff_applies
 
     with tempfile.TemporaryDirectory(prefix="sm120patch-diff-") as tmp:
         scratch = Path(tmp) / "tree"
         for rel in rels:
             src = ws.target.package_dir / rel
             if not src.is_file():
-                return EditResult(edit.name, "missing", [], f"{rel} not in this release")
+                return EditResult(edit.name, MISSING, [], f"{rel} not in this release")
             (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
             (scratch / rel).write_bytes(ws.source(src).encode("utf-8"))  # bytes: line ends kept
         patch_file = edit.diff_path
@@ -399,7 +446,7 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
             diff_applies(scratch, patch_file, check=False)
             for rel in rels:
                 ws.set(ws.target.package_dir / rel, (scratch / rel).read_bytes().decode("utf-8"))
-            return EditResult(edit.name, "changed", [ws.target.rel(ws.target.package_dir / r) for r in rels])
+            return EditResult(edit.name, CHANGED, [ws.target.rel(ws.target.package_dir / r) for r in rels])
         if diff_applies(scratch, patch_file, reverse=True):
-            return EditResult(edit.name, "satisfied", [ws.target.rel(ws.target.package_dir / r) for r in rels])
-    return EditResult(edit.name, "missing", [], f"{edit.diff_path.name} does not apply to this release")
+            return EditResult(edit.name, EDIT_SATISFIED, [ws.target.rel(ws.target.package_dir / r) for r in rels])
+    return EditResult(edit.name, MISSING, [], f"{edit.diff_path.name} does not apply to this release")

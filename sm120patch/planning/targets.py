@@ -14,6 +14,10 @@ from pathlib import Path
 
 from sm120patch.errors import TargetError, UserError
 
+# The folder at a tree's root where sm120patch keeps its state (the journal: `engine/journal.py`).
+# Defined here, with the rest of what a tree's layout is, so planning never reads the engine.
+DIRNAME = ".sm120patch"
+
 # package -> a sub-folder that only that package's source tree has
 _MARKERS = {"sglang": "srt", "flashinfer": "jit"}
 # where a package sits relative to a git clone's root
@@ -155,11 +159,9 @@ def install_root(package: str, pkg_dir: Path, root: Path) -> Path:
     site-packages (it has a dist-info beside it) belongs to site-packages, so `apply SITE/sglang`
     and `apply SITE` share one journal. A journal an older sm120patch kept in the package folder
     itself stays where it is (its paths are relative to that folder)."""
-    if root == pkg_dir and dist_info(package, pkg_dir.parent) is not None:
-        from sm120patch.engine.journal import DIRNAME
-
-        if not (pkg_dir / DIRNAME / "journal.json").is_file():
-            return pkg_dir.parent
+    legacy = (pkg_dir / DIRNAME / "journal.json").is_file()
+    if root == pkg_dir and dist_info(package, pkg_dir.parent) is not None and not legacy:
+        return pkg_dir.parent
     return root
 
 
@@ -207,7 +209,7 @@ def read_version(package: str, pkg_dir: Path, git_root: Path | None) -> tuple[st
         if m:
             return m.group(1), str(pyproject)
     if git_root is not None:
-        from sm120patch.engine.gitops import describe
+        from sm120patch.gitops import describe
 
         m = re.search(r"v?(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)", describe(git_root) or "")
         if m:

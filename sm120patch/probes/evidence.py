@@ -1,14 +1,19 @@
-"""What a verdict stood on, and whether it still holds for the FlashInfer in front of us now.
+"""What a verdict stood on, and whether it still holds for the FlashInfer in front of us now:
+the one module that answers "does the proof still hold" (`recheck`) and "what does it stand on"
+(`stands_on`).
 
 A verdict records the FlashInfer it judged (version, where) and the sha256 of every file
 it read, relative to the `flashinfer/` package. `pip install` of another release, a new
 container image, or a patch to FlashInfer's sources changes those bytes; `changes` then
-names what differs, and the engine probes again instead of trusting the old answer.
+names what differs, and `recheck` probes again instead of trusting the old answer; a recipe
+whose kernels are gone is `stale`: the seed's crash, waiting for the next start. Reading
+hashes is cheap, so every `plan`, `status`, `preflight` and `apply` does it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +21,9 @@ from sm120patch.hashing import sha256_file
 
 if TYPE_CHECKING:
     from sm120patch.catalogue.kernels import Kernel
+    from sm120patch.catalogue.recipes import Recipe
     from sm120patch.probes.environment.flashinfer import FlashInferEnv
+    from sm120patch.probes.recipe_probe import ProbeResult, RecipeProbe
 
 MISSING = "missing"
 
@@ -56,3 +63,59 @@ def changes(recorded: Mapping[str, Any], fi: FlashInferEnv) -> list[str]:
         shown = ", ".join(differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
         out.append(f"changed since the probe: {shown}")
     return out
+
+
+def stands_on(
+    verdicts: Iterable[Mapping[str, Any]], changed: Iterable[str], location: str | Path | None = None
+) -> bool:
+    """The one "stands on" rule (apply records dependents by it, rollback and pip's retirement find
+    them by it, preflight names the backport an SGLang gate needs by it): a proof stands on a
+    FlashInfer recipe when one of its verdicts read a file that recipe changes (`changed`: paths
+    inside the `flashinfer/` package, as verdicts record them), in that FlashInfer when `location`
+    (its package folder) is given."""
+    changed = set(changed)
+    for v in verdicts:
+        ev = v.get("evidence") or {}
+        if location is not None:
+            where = (ev.get("flashinfer") or {}).get("location")
+            if not where or Path(where) != Path(location):
+                continue
+        if set(ev.get("files") or {}) & changed:
+            return True
+    return False
+
+
+@dataclass
+class Recheck:
+    holds: bool  # the recipe may stay
+    checked: bool  # a probe looked (False: nothing to check, or --probe none)
+    changed: list[str] = field(default_factory=list)  # how FlashInfer differs from the recorded one
+    probe: ProbeResult | None = None  # the new probe, when one ran
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"holds": self.holds, "checked": self.checked, "changed": self.changed, "reason": self.reason}
+
+
+def recheck(entry: dict[str, Any], recipe: Recipe | None, probe: RecipeProbe | None) -> Recheck:
+    """Compare an applied recipe's recorded proof with `probe.fi`; probe again if it differs."""
+    if recipe is None or not recipe.needs:
+        return Recheck(True, False, reason="needs no kernels")
+    if probe is None:
+        return Recheck(True, False, reason="not re-checked (--probe none)")
+    evidence = entry.get("evidence")
+    if evidence is not None and evidence.get("level") == "none":
+        return Recheck(True, False, reason="applied with --probe none: no proof to re-check")
+    verdicts = (evidence or {}).get("verdicts") or []
+    if verdicts:
+        changed = list(dict.fromkeys(c for v in verdicts for c in changes(v.get("evidence") or {}, probe.fi)))
+        if not changed:
+            fi = (verdicts[0].get("evidence") or {}).get("flashinfer") or {}
+            rung = (entry.get("evidence") or {}).get("rung", "?")
+            return Recheck(True, True, reason=f"proof holds: FlashInfer {fi.get('version')} unchanged ({rung} rung)")
+    else:
+        changed = ["no proof recorded (applied by an older sm120patch)"]
+    result = probe(recipe)
+    if result.passed:
+        return Recheck(True, True, changed, result, f"{'; '.join(changed)}; probed again: {result.reason}")
+    return Recheck(False, True, changed, result, f"{'; '.join(changed)}; {result.reason}")

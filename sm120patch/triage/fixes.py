@@ -52,9 +52,9 @@ def matching_recipes(finding: Finding, recipes: Sequence[Recipe]) -> list[Recipe
 
 def _trees(target: Path) -> dict[str, Target]:
     """package -> Target: the trees under --target, and the FlashInfer next to an SGLang tree."""
+    from sm120patch.engine.which_flashinfer import recorded_flashinfer
     from sm120patch.errors import UserError
     from sm120patch.planning.targets import discover
-    from sm120patch.probes.recipe_probe import recorded_flashinfer
 
     try:
         found = {t.package: t for t in discover(target)}

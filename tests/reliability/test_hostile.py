@@ -104,14 +104,28 @@ def test_target_is_a_file_an_empty_folder_or_missing(tmp_path: Path) -> None:
 
 
 def test_target_file_that_does_not_parse(fake: Path) -> None:
-    (fake / COMMUNICATOR_REL).write_text(COMMUNICATOR + "\ndef broken(:\n")
-    err = refused(fake, "apply", str(fake), *APPLY, names=(COMMUNICATOR_REL,))
-    assert "does not parse" in err
+    """One unparsable file fails the recipe that edits it (exit 1, the file and line named), never
+    the command: the file keeps its bytes, no traceback (issue 33)."""
+    broken = fake / COMMUNICATOR_REL
+    broken.write_text(COMMUNICATOR + "\ndef broken(:\n")
+    before = broken.read_bytes()
+    r = cli("apply", str(fake), *APPLY)
+    assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert "does not parse" in r.stdout and COMMUNICATOR_REL in r.stdout and "line " in r.stdout, r.stdout
+    assert broken.read_bytes() == before
+    count("hostile_cases")
 
 
 def test_non_utf8_source(fake: Path) -> None:
-    (fake / COMMUNICATOR_REL).write_bytes(COMMUNICATOR.encode() + b"# \xff\xfe latin-1\n")
-    assert "UTF-8" in refused(fake, "apply", str(fake), *APPLY, names=(COMMUNICATOR_REL,))
+    """A file that does not decode is a file that does not parse: its recipe fails, named (issue 33)."""
+    broken = fake / COMMUNICATOR_REL
+    broken.write_bytes(COMMUNICATOR.encode() + b"# \xff\xfe latin-1\n")
+    before = broken.read_bytes()
+    r = cli("apply", str(fake), *APPLY)
+    assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, (r.returncode, r.stdout, r.stderr)
+    assert "not UTF-8" in r.stdout and COMMUNICATOR_REL in r.stdout, r.stdout
+    assert broken.read_bytes() == before
+    count("hostile_cases")
 
 
 def test_corrupt_journal_and_missing_blob(fake: Path) -> None:

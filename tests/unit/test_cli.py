@@ -18,12 +18,15 @@ import pytest
 
 from sm120patch.cli import cli, main
 from sm120patch.cli import common as cli_common
+from sm120patch.engine import which_flashinfer
 from sm120patch.probes import recipe_probe
 from tests.unit.sglang_fakes import (
     ALL_IDS,
     ALLREDUCE,
+    AUTOTUNE,
     COMMUNICATOR_REL,
     GIT_ENV,
+    MODEL_RUNNER_REL,
     MOE,
     SERVER_ARGS_REL,
     git,
@@ -227,7 +230,7 @@ def failing_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
         return probe
 
-    monkeypatch.setattr(recipe_probe, "resolve_flashinfer", lambda *a: None)
+    monkeypatch.setattr(which_flashinfer, "resolve_flashinfer", lambda *a: None)
     monkeypatch.setattr(recipe_probe, "make_probe", make_probe)
 
 
@@ -400,7 +403,7 @@ def test_clone_errors(sm, bare: tuple[Path, str], tmp_path: Path) -> None:  # no
     ],
 )
 def test_split_ref(source: str, split: tuple[str, str | None]) -> None:
-    from sm120patch.engine.gitops import split_ref
+    from sm120patch.gitops import split_ref
 
     assert split_ref(source) == split
 
@@ -544,3 +547,85 @@ def test_plan_stat_counts_lines_as_git_does(sm, tmp_path: Path) -> None:  # noqa
         rel = path.split(f"{pristine.name}/", 1)[-1].split("=> ")[-1].rstrip("}")
         rel = rel[rel.index("sglang/") + len("sglang/") :]
         assert re.search(rf"{re.escape(rel)}\s+\+{added} -{removed}  \(", r.out), (rel, r.out)
+
+
+# --- one recipe's failure is that recipe's, never the command's -----------------------------------------------
+
+
+def test_a_file_that_does_not_parse_fails_only_the_recipe_that_edits_it(sm, site: Path) -> None:  # noqa: ANN001
+    broken = site / COMMUNICATOR_REL
+    broken.write_text(broken.read_text() + "\n\ndef broken(:\n")
+    before = broken.read_bytes()
+    r = sm("apply", *NO_PROBE, "--json", site)
+    assert r.code == 1, (r.code, r.err)
+    by_id = {x["id"]: x for x in r.json()["recipes"]}
+    assert by_id[ALLREDUCE]["status"] == "failed"
+    reason = by_id[ALLREDUCE]["reason"]
+    assert str(broken) in reason and "does not parse" in reason and "line 20" in reason, reason
+    assert by_id[AUTOTUNE]["status"] == "applied" and by_id[MOE]["status"] == "applied"
+    assert broken.read_bytes() == before
+
+
+def test_a_transform_that_raises_fails_only_its_recipe(sm, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from sm120patch.transforms import TRANSFORMS
+
+    def boom(self: object, module: object) -> None:
+        raise RuntimeError("kaboom in the transform")
+
+    monkeypatch.setattr(TRANSFORMS["add-list-item"], "apply", boom)
+    pristine = snapshot(site)
+    r = sm("apply", *NO_PROBE, "--json", site)
+    assert r.code == 1, (r.code, r.err)
+    by_id = {x["id"]: x for x in r.json()["recipes"]}
+    assert by_id[AUTOTUNE]["status"] == "failed"
+    assert "add-list-item" in by_id[AUTOTUNE]["reason"] and "RuntimeError: kaboom" in by_id[AUTOTUNE]["reason"]
+    assert by_id[ALLREDUCE]["status"] == "applied" and by_id[MOE]["status"] == "applied"
+    assert snapshot(site)[MODEL_RUNNER_REL] == pristine[MODEL_RUNNER_REL]
+    monkeypatch.setenv("SM120PATCH_DEBUG", "1")  # a developer still gets the traceback
+    with pytest.raises(RuntimeError, match="kaboom"):
+        main(["plan", *NO_PROBE, str(site)])
+
+
+@pytest.mark.parametrize("arch", ["sm_999", "sm_129", "13.7", "sm_12"])
+def test_an_arch_no_gpu_has_is_exit_2_naming_the_known_ones(sm, site: Path, arch: str) -> None:  # noqa: ANN001
+    for cmd in ("plan", "apply", "status"):
+        r = sm(cmd, "--probe", "none", "--arch", arch, site) if cmd != "status" else sm(cmd, "--arch", arch, site)
+        assert_one_line_error(r, fragment=f"--arch {arch!r}")
+        assert "sm_120, sm_121" in r.err, r.err
+    assert not (site / ".sm120patch").exists()
+
+
+def test_a_real_arch_no_recipe_is_for_is_not_a_usage_error(sm, site: Path) -> None:  # noqa: ANN001
+    r = sm("plan", "--probe", "none", "--json", "--arch", "sm_86", site)  # an RTX 3090: real, nothing to open
+    assert r.code == 0 and {x["status"] for x in r.json()["recipes"]} == {"not-applicable"}
+
+
+def test_a_file_where_the_state_folder_should_be_is_named_with_the_fix(sm, site: Path) -> None:  # noqa: ANN001
+    state = site / ".sm120patch"
+    state.write_text("not a folder\n")
+    pristine = snapshot(site)
+    for args in (("apply", *NO_PROBE), ("status",), ("rollback",), ("plan", *NO_PROBE)):
+        r = sm(*args, site)
+        assert_one_line_error(r, fragment=str(state))
+        assert "is a file" in r.err and "remove it" in r.err, r.err
+    assert snapshot(site) == pristine and state.read_text() == "not a folder\n"
+
+
+@pytest.mark.usefixtures("failing_probe")
+def test_apply_prints_what_it_wrote_not_the_diff_of_a_blocked_recipe(sm, site: Path) -> None:  # noqa: ANN001
+    r = sm("apply", "--arch", "sm_120", "--probe", "static", site)
+    assert r.code == 1
+    lines = r.out.splitlines()
+    assert not any(x.startswith(("+++", "---", "@@")) for x in lines), r.out  # no diff by default
+    assert COMMUNICATOR_REL not in r.out  # the blocked recipe's file: never written, never shown
+    assert "wrote 2 file(s):" in lines, r.out
+    (runner,) = [x for x in lines if x.strip().startswith(MODEL_RUNNER_REL)]
+    assert re.search(r"\+\d+ -\d+\s+\(" + AUTOTUNE + r"\)$", runner), runner
+    (args,) = [x for x in lines if x.strip().startswith(SERVER_ARGS_REL)]
+    assert args.endswith(f"({MOE})"), args  # the blocked allreduce recipe's edit of it is not there
+    sm("rollback", site)
+    shown = sm("apply", "--arch", "sm_120", "--probe", "static", "--diff", site)
+    assert f"+++ b/{SERVER_ARGS_REL}" in shown.out and f"+++ b/{MODEL_RUNNER_REL}" in shown.out
+    assert COMMUNICATOR_REL not in shown.out
+    sm("rollback", site)
+    assert sm("apply", "--arch", "sm_120", "--probe", "static", "--no-diff", site).out == r.out  # still accepted

@@ -16,12 +16,13 @@ import pytest
 
 from sm120patch.arch import parse_arch
 from sm120patch.catalogue.recipes import default_recipe_dir, load_recipes
-from sm120patch.engine import tree as engine
+from sm120patch.engine import steps
 from sm120patch.engine.journal import Journal
 from sm120patch.engine.pipeline import RunSettings, apply_many, plan_many, rollback_many
+from sm120patch.engine.which_flashinfer import resolve_flashinfer
 from sm120patch.planning.plan import APPLICABLE, APPLIED, BLOCKED
 from sm120patch.planning.targets import discover
-from sm120patch.probes.recipe_probe import make_probe, resolve_flashinfer
+from sm120patch.probes.recipe_probe import make_probe
 from tests.unit.fi_fakes import make_tree
 from tests.unit.sglang_fakes import make_sglang, snapshot
 
@@ -161,7 +162,7 @@ def test_ctrl_c_after_flashinfer_puts_flashinfer_back_too(tmp_path: Path, recipe
     sg, fi = trees(tmp_path)
     before = snapshot(sg), snapshot(fi)
     both = discover(sg) + discover(fi)
-    real = engine.write_proven
+    real = steps.write_proven  # the step the pipeline calls per tree
 
     def killed(journal: Journal, t: object, *a: object, **k: object) -> None:
         if getattr(t, "package", "") == "sglang":
@@ -169,7 +170,7 @@ def test_ctrl_c_after_flashinfer_puts_flashinfer_back_too(tmp_path: Path, recipe
         real(journal, t, *a, **k)  # type: ignore[arg-type]
 
     with monkeypatch.context() as m:
-        m.setattr(engine, "write_proven", killed)
+        m.setattr(steps, "write_proven", killed)
         with pytest.raises(KeyboardInterrupt, match="put back"):
             apply_many(both, recipes, run_for(both))
     assert (snapshot(sg), snapshot(fi)) == before

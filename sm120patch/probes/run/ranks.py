@@ -36,6 +36,17 @@ SIGNAL_FIRST_S = 1.0  # a signal death this close after a peer's error is still 
 STDERR_LINES = 40
 
 
+@dataclass(frozen=True)
+class RunCheck:
+    """One numeric check: the script, how many ranks (GPUs) it needs, and its time budget."""
+
+    name: str  # the catalogue's `run` value
+    file: str  # in checks/
+    world_size: int
+    timeout_s: float  # prepare (a cold JIT build included) and the ranks together
+    api: str  # what it calls, for the reason line when a rank cannot say
+
+
 def child_environment(base: Mapping[str, str]) -> dict[str, str]:
     """`base` with multicast forbidden (always: these override whatever `base` says) and a
     device order that matches nvidia-smi/NVML, so GPU indices mean the same in every child."""

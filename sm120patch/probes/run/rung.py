@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from sm120patch.arch import Arch
@@ -26,23 +25,13 @@ from sm120patch.hashing import sha256_chunks, sha256_text
 from sm120patch.probes.environment.device import find_cuda
 from sm120patch.probes.environment.flashinfer import FlashInferEnv
 from sm120patch.probes.run import ranks
+from sm120patch.probes.run.ranks import RunCheck
 from sm120patch.probes.run.verdict import judge_prepare, judge_ranks
 from sm120patch.probes.rungs import Step
 from sm120patch.probes.subproc import child_env
 
 CHECKS_ENV = "SM120PATCH_RUN_CHECKS"
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
-
-
-@dataclass(frozen=True)
-class RunCheck:
-    """One numeric check: the script, how many ranks (GPUs) it needs, and its time budget."""
-
-    name: str  # the catalogue's `run` value
-    file: str  # in checks/
-    world_size: int
-    timeout_s: float  # prepare (a cold JIT build included) and the ranks together
-    api: str  # what it calls, for the reason line when a rank cannot say
 
 
 CHECKS = {

@@ -18,13 +18,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sm120patch.probes.run import timing as run_timing
-from sm120patch.probes.run.ranks import Child, Run
+from sm120patch.probes.run.ranks import Child, Run, RunCheck
 from sm120patch.probes.rungs import Step
 from sm120patch.probes.spec import NO_ARCH
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
-    from sm120patch.probes.run.rung import RunCheck
 
 KERNEL_PHASE = "kernel"
 
