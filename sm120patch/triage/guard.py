@@ -374,7 +374,7 @@ def _roll_back_outputs(
         if not ids:
             continue
         with contextlib.suppress(Exception):  # the journal's archs; without them, put_back says why
-            from sm120patch.verify.canary import archs_of
+            from sm120patch.engine.reapply import archs_of
 
             archs[",".join(ids)] = archs_of(opts.target, ids)
         log(f"rolling back the recipes marked changes_outputs = {kind!r}: {', '.join(ids)}")
@@ -390,7 +390,7 @@ def _roll_back_outputs(
 
 def _engine_put_back(recipes: Sequence[Recipe]) -> PutBackFn:
     def put_back(target: Path, ids: list[str], archs: list[str]) -> list[str]:
-        from sm120patch.verify.canary import put_back as apply_again
+        from sm120patch.engine.reapply import put_back as apply_again
 
         return apply_again(target, ids, recipes, archs)
 

@@ -11,7 +11,7 @@ unit, an empty output), in the reference too, and a change from the reference be
 tolerance verify uses (answers.compare: a divergence before half the text). Either is an event on
 guard's queue; guard then stops the server, rolls back the recipes that can change outputs,
 relaunches. When the bad output outlives every rollback, the recipes were not the cause: guard
-puts them back (put_back), relaunches and keeps the server running, the canary then watching
+puts them back (engine/reapply.py), relaunches and keeps the server running, the canary then watching
 only (`acting = False`: it reports, guard changes nothing). A request that fails (the server
 busy, restarting) is reported once, never acted on: crashes are guard's other job.
 """
@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from sm120patch.verify import answers, workload
@@ -113,32 +111,3 @@ class Canary:
                 if errors == 1:
                     events.put(("canary-error", seen))
             self._stop.wait(self.interval)
-
-
-def put_back(target: Path, ids: Sequence[str], recipes: Sequence[Any], archs: Sequence[str]) -> list[str]:
-    """Apply `ids` again at `target` through the journal (probed at the static rung, as
-    `sm120patch apply --recipe ID --probe static` would), for the archs they were applied for;
-    returns the ids applied now. Raises what apply raises."""
-    from sm120patch.engine.pipeline import RunSettings, apply_many
-    from sm120patch.engine.tree import applied_recipes
-    from sm120patch.planning.targets import discover
-    from sm120patch.probes.recipe_probe import resolve_archs
-
-    targets = discover(target)
-    run = RunSettings.probing(targets, resolve_archs(list(archs))[0], "static", None, None)
-    apply_many(targets, recipes, run, only=list(ids))
-    now = applied_recipes(target)
-    return [i for i in ids if i in now]
-
-
-def archs_of(target: Path, ids: Sequence[str]) -> list[str]:
-    """The archs the journal says these recipes were applied for (before guard rolls them back)."""
-    from sm120patch.engine.journal import Journal
-    from sm120patch.planning.targets import discover
-
-    out: set[str] = set()
-    for t in discover(target):
-        for a in Journal.open(t.root).entries():
-            if a.id in ids:
-                out.update(a.archs)
-    return sorted(out)

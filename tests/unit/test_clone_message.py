@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120patch.engine.gitops import git_reason
+from sm120patch.gitops import git_reason
 
 
 def test_a_host_that_cannot_resolve_is_named(tmp_path: Path) -> None:
