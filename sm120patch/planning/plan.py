@@ -418,6 +418,15 @@ def _satisfied(ws: Workspace, edit: Edit, paths: Sequence[Path]) -> EditResult:
     return EditResult(edit.name, EDIT_SATISFIED, rel)
 
 
+def _inside(package_dir: Path, rel: str) -> bool:
+    """A diff's target is a plain relative path that stays in the package, symlinks resolved."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts or "\\" in rel:
+        return False
+    root = package_dir.resolve()
+    return (package_dir / rel).resolve().is_relative_to(root)
+
+
 def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
     """Apply a unified diff (paths relative to the package) to a scratch copy with git.
 
@@ -429,6 +438,15 @@ def _run_diff(ws: Workspace, edit: Edit) -> EditResult:
     rels = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
     if not rels:
         return EditResult(edit.name, ERROR, [], f"{edit.diff_path}: no '+++ b/<path>' lines")
+    outside = [r for r in rels if not _inside(ws.target.package_dir, r)]
+    if outside:  # a recipe's diff writes inside the package it is for, never beside or above it
+        return EditResult(
+            edit.name,
+            ERROR,
+            [],
+            f"{edit.diff_path}: patches {', '.join(map(repr, outside))}, outside the package; "
+            "a recipe's diff names files relative to the package folder, without '..' or a leading '/'",
+        )
     import tempfile
 
     from sm120patch.gitops import diff_applies
