@@ -22,8 +22,8 @@ from tools.triage_score import ONE_SHOT_FILES, CorpusError, load_corpus, tomllib
 
 CASES = {c.id: c for c in load_corpus()}
 RAW = {p.stem: tomllib.loads(p.read_text(encoding="utf-8"))["case"] for p in sorted(fix_score.FIX_DIR.glob("*.toml"))}
-# measured on commit 888cee7's diagnose (class right of all SM12x cases with a truth; fix useful of
-# those whose thread settled a fix): (SM12x cases, unknown, class right, fix useful)
+# measured with main 6380950's diagnose (sm120patch/triage untouched on this branch):
+# (SM12x cases, unknown, class right of all of them, fix useful of those whose thread settled a fix)
 FLOOR = {
     "held-out-3": (50, 27, 45, 7),
     "held-out-4": (48, 26, 46, 12),
