@@ -82,9 +82,10 @@ bench: venv
 bench-census: venv
 	$(PY) benchmarks/census_bench.py
 
-## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision into docs/crashed.md
+## triage-score: run diagnose on the corpus of real crash excerpts; write recall/precision and fix useful into docs/crashed.md
 triage-score: venv
 	$(PY) tools/triage_score.py --write-doc
+	$(PY) tools/fix_score.py --write-doc
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache *.egg-info
