@@ -126,7 +126,7 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
         except Exception as e:  # advice is a bonus: it must never hide the diagnosis
             click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(result.to_dict(), indent=2))  # ensure_ascii: every control character escaped
     else:
         click.echo(result.render())
     return result.exit_code

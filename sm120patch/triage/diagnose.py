@@ -40,7 +40,8 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
           "meaning": str,           # one sentence
           "next_step": str,         # exact command or launch flag, for "framework"
           "line_no": int,           # 1-based, first occurrence
-          "line": str,              # that line (ANSI colours stripped, clipped)
+          "line": str,              # that line (ANSI colours stripped, clipped; render() shows its other
+                                    # control characters as escapes, JSON escapes them all)
           "count": int,             # occurrences (ranks repeat the same error)
           "details": {str: str},    # named captures, e.g. majors, module; for "structure":
                                     # cue, library, flag, archs, cuda_error (those the log shows)
@@ -75,6 +76,7 @@ from sm120patch.triage.logkind import LogKind
 from sm120patch.triage.prefilter import Prefilter
 from sm120patch.triage.signatures import Signature, load_signatures
 from sm120patch.triage.structure import StructureWatcher
+from sm120patch.visible import visible
 
 MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
@@ -239,7 +241,8 @@ class Diagnosis:
             out.append("Look for:")
             out.extend(f"  - {hint}" for hint in LOOK_FOR)
         out.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(out)
+        # log text may hold any control character (OSC, DCS, C1 CSI, BS, CR, BEL): shown, never sent raw
+        return "\n".join(visible(line) for line in out)
 
 
 # A log as pasted into a forum or scraped from a page: Markdown-escaped underscores (sm\_120), HTML entities,
