@@ -78,8 +78,9 @@ def _journal(target: Path | None) -> set[str] | None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Machine-readable output (its shape: sm120patch/triage/diagnose.py)."
 )
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (shown when reading takes over a second).")
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
-def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> int:
+def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, quiet: bool, recipe_dir: Path | None) -> int:
     """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
 
     Exit 0: a cause was named (or the log shows no error); 1: the log shows a fatal
@@ -108,8 +109,8 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
         if problem:
             raise UserError(problem)
         lines = read_lines(stream)
-        if sys.stderr.isatty():
-            lines = log_input.with_progress(lines, stream, name)
+        if not quiet:
+            lines = log_input.with_progress(lines, stream, name, tty=sys.stderr.isatty())
         result = diagnose(lines, recipes, journal, signatures=signatures, target=target)
     except OSError as e:
         raise UserError(_unreadable(name, e)) from None

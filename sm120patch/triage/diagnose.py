@@ -73,6 +73,7 @@ from sm120patch.status import APPLIED
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
 from sm120patch.triage.logkind import LogKind
+from sm120patch.triage.memo import LineMemo
 from sm120patch.triage.prefilter import Prefilter
 from sm120patch.triage.signatures import Signature, load_signatures
 from sm120patch.triage.structure import StructureWatcher
@@ -312,6 +313,7 @@ class Diagnoser:
         self.lines_read = 0
         self._after_fatal = False
         self.structure = StructureWatcher()
+        self._line_matches = LineMemo(self._matches)  # a crash loop's log repeats its lines
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
 
@@ -333,8 +335,7 @@ class Diagnoser:
         self.kind.feed(self.lines_read, line)
         self.structure.feed(self.lines_read, line)
         new: list[Finding] = []
-        catalogue = self._match(line)
-        hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
+        catalogue, hit_recipes = self._line_matches(line)
         implicated, absent = self._split_by_journal(hit_recipes)
         if implicated:
             new += self._add_recipe_finding(line, implicated, catalogue)
@@ -390,6 +391,10 @@ class Diagnoser:
         )
 
     # -- internals -------------------------------------------------------
+
+    def _matches(self, line: str) -> tuple[list[tuple[Signature, re.Match[str]]], list[str]]:
+        """The catalogue match and the recipes whose crash signature the line holds: a function of the text."""
+        return self._match(line), sorted({rid for rid, text in self._recipe_sigs if text in line})
 
     def _match(self, line: str) -> list[tuple[Signature, re.Match[str]]]:
         """The first catalogue signature (file order: most specific first) that matches.

@@ -8,11 +8,11 @@ fatal (vLLM and SGLang warn "not supported on more than two PCIe-only GPUs" on h
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sm120patch.triage import memo
 from sm120patch.triage.prefilter import trie_pattern
 
 # Prefixes frameworks put before the message, peeled off in any order (up to a few times).
@@ -571,7 +571,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.per_line
 def strip_prefix(line: str) -> tuple[str, bool]:
     """The message body of a log line, and whether it was logged below error level. Cached: a fatal line reads
     the dozen lines before it again (structure.py), and each is asked from several places."""
@@ -649,8 +649,10 @@ _WARNED_FAILURE = _Gated(
 _INFO_LEVEL = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:INFO|DEBUG)\b|^\s*[ID]\d{4} |^\s*\d{4}-\d\d-\d\d [\d:.]+: [ID] ")
 
 
+@memo.per_line
 def classify(line: str) -> FatalClass | None:
-    """The generic class of a line that says the run failed, or None for any other line."""
+    """The generic class of a line that says the run failed, or None for any other line (memoized: a
+    crash-looping server's log repeats the same lines)."""
     body, quiet = strip_prefix(line)
     if not body.strip():
         return None
