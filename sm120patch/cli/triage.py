@@ -127,6 +127,13 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, quiet: bool, 
                 advise(result, recipes, target)
         except Exception as e:  # advice is a bonus: it must never hide the diagnosis
             click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
+    if target is not None:
+        try:
+            from sm120patch.triage.choices import add_alternatives
+
+            add_alternatives(result, target)
+        except Exception as e:  # advice is a bonus: it must never hide the diagnosis
+            click.echo(f"warning: could not read the release's flag choices ({e})", err=True)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))  # ensure_ascii: every control character escaped
     else:
