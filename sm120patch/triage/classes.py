@@ -517,7 +517,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("flashinfer", re.compile(r"(?<![a-z])flashinfer(?![a-z])", re.I)),
     ("sgl_kernel", re.compile(r"\bsgl[_-]kernel\b")),
     ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
-    ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
+    ("flash_mla", re.compile(r"\bflash_?mla(?:_\w+)?\b", re.I)),  # and its extension (flash_mla_cuda.*.so)
+    ("tilelang", re.compile(r"\btilelang\b", re.I)),
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
     (
         "cutlass",
@@ -590,7 +591,7 @@ LIBRARY_WORDS = (
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
     "llama_cpp", "cpasync", "cute_dsl", "cutlass.cute", "cute.nvgpu", "cute.arch", "cute.runtime",
     "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
-    "tensorflow",
+    "tensorflow", "tilelang",
     "vllm", "sglang", "torch",
 )  # fmt: skip
 # one search for any of them (and CUTLASS's status strings) before the per-library patterns: most lines name none

@@ -479,10 +479,16 @@ class Diagnoser:
             if sig.pinned(f.details):  # say why the verdict stays as the value has it
                 notes += [v for k, v in details.items() if k.endswith("_means") and v not in f.meaning]
         step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
+        shown = dict(f.details)
+        if f.fatal and f.source == "catalogue" and "library" not in shown:
+            # the library whose frame or .so the failing line (or the traceback above it) names: where to act
+            lib = triage_classes.library_in(f.line) or self.structure.evidence.library_near(f.line_no, after=2)
+            if lib is not None and lib not in ("torch", "vllm", "sglang"):
+                shown["library"] = lib
         check = ""
         if verdict == "maybe":
             check = _fill(sig.check, details) if sig is not None and sig.check else GPU_CHECK
-        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes)
+        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes, details=shown)
 
     def _compile_target(self, f: Finding) -> tuple[str, str]:
         """A compiler refusing an SM12x arch names what the build targets, not the GPU it runs on: a build's
