@@ -128,11 +128,13 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, quiet: bool, 
         except Exception as e:  # advice is a bonus: it must never hide the diagnosis
             click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
     try:
+        from sm120patch.triage.advice import add_evidence_advice
         from sm120patch.triage.versions import add_fixed_versions
 
         add_fixed_versions(result)
+        add_evidence_advice(result)
     except Exception as e:  # advice is a bonus: it must never hide the diagnosis
-        click.echo(f"warning: could not read the fixed-versions table ({e})", err=True)
+        click.echo(f"warning: could not add the advice from the log's evidence ({e})", err=True)
     if target is not None:
         try:
             from sm120patch.triage.choices import add_alternatives
