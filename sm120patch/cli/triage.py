@@ -222,7 +222,7 @@ def guard_cmd(
         grace=guard.DEFAULT_GRACE if grace is None else grace,
         canary=_canary(canary, canary_url, ready_url, canary_tokens),
     )
-    log = guard.GuardLog(stream=_JsonLines(guard.PREFIX) if as_json else None, path=log_path)
+    log = guard.GuardLog(stream=_JsonLines(guard.PREFIX) if as_json else _VisibleLines(), path=log_path)
     applied, rollback = _hooks_or_none(target)
     if target is not None:
         try:
@@ -251,6 +251,24 @@ def guard_cmd(
 def _json_line(obj: dict[str, Any]) -> None:
     sys.stderr.write(json.dumps(obj) + "\n")
     sys.stderr.flush()
+
+
+class _VisibleLines(io.TextIOBase):
+    """stderr for guard's own account: the log lines it quotes (a crash line, the last error) may hold any
+    control character; each is shown as its escape (sm120patch/visible.py), never sent to the terminal."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        from sm120patch.visible import visible
+
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            sys.stderr.write(visible(line) + "\n")
+        sys.stderr.flush()
+        return len(text)
 
 
 class _JsonLines(io.TextIOBase):

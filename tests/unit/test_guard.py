@@ -361,3 +361,15 @@ def test_cli_guard_unknown_option_is_a_usage_error_not_the_server(tmp_path: Path
     res = CliRunner().invoke(SM120PATCH, ["guard", "--jsno", "--", *_argv_server(tmp_path)])
     assert res.exit_code == 2, res.output
     assert "No such option" in res.output and "--jsno" in res.output and "launch 1" not in res.output
+
+
+def test_cli_guard_shows_control_characters_of_the_log_as_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [])
+    osc52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
+    cmd = server(tmp_path, f"print({('ValueError: broken ' + osc52 + chr(0x9B) + '2J').__repr__()}); sys.exit(1)\n")
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--timeout", "5", "--", *cmd])
+    assert res.exit_code == 1, res.output
+    assert "ValueError: broken \\x1b]52;c;cm0gLXJmIH4=\\x07\\x9b2J" in res.stderr, res.stderr
+    assert [c for c in res.stderr if c != "\n" and not c.isprintable()] == []
