@@ -345,7 +345,9 @@ def test_cli_without_engine_treats_journal_as_unknown(tmp_path: Path, monkeypatc
 
 
 def test_cli_missing_target_is_usage_error(tmp_path: Path) -> None:
-    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")])
+    res = CliRunner().invoke(
+        SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")]
+    )
     assert res.exit_code == 2 and "target not found" in res.output
 
 
