@@ -421,6 +421,26 @@ def write_doc(text: str, doc: Path = DOC) -> None:
     doc.write_text(body, encoding="utf-8")
 
 
+def imported_from() -> str:
+    """Which sm120patch this run scores: the package's folder and, in a git checkout, its commit (and whether the
+    tree differs from it). A score from another checkout's package (an older install on the path) says so."""
+    import subprocess
+
+    import sm120patch
+
+    where = Path(sm120patch.__file__).resolve().parent
+    try:
+        git = ["git", "-C", str(where)]
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return f"sm120patch from {where} (git not available)"
+    if commit.returncode != 0:
+        return f"sm120patch from {where} (not a git checkout)"
+    state = ", with uncommitted changes" if dirty.stdout.strip() else ""
+    return f"sm120patch from {where} (git {commit.stdout.strip()}{state})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write-doc", action="store_true", help="write the figures into docs/crashed.md")
@@ -428,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", action="store_true", help="print one line per case")
     p.add_argument("--part", choices=PARTS, help="score only this part of the corpus")
     args = p.parse_args(argv)
+    print(f"triage_score: scoring {imported_from()}", file=sys.stderr)
     try:
         cases = [c for c in load_corpus() if args.part in (None, c.part)]
         if not cases:

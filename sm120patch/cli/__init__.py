@@ -119,8 +119,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="sm120patch", standalone_mode=False)
     except UserError as e:
         # names from recipes or journals may hold control characters: keep the error one line
-        msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
-        click.echo(f"sm120patch: error: {msg}", err=True)
+        from sm120patch.visible import visible  # on the error path only: `--help` imports nothing more
+
+        click.echo(f"sm120patch: error: {visible(str(e))}", err=True)
         return e.exit_code
     except click.exceptions.Abort as e:  # click's form of Ctrl-C: the interrupt itself is the cause
         click.echo(f"sm120patch: {getattr(e.__cause__, 'message', 'interrupted')}", err=True)

@@ -8,6 +8,7 @@ engine is missing or the journal is unreadable.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -77,8 +78,9 @@ def _journal(target: Path | None) -> set[str] | None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Machine-readable output (its shape: sm120patch/triage/diagnose.py)."
 )
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (shown when reading takes over a second).")
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
-def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: Path | None) -> int:
+def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, quiet: bool, recipe_dir: Path | None) -> int:
     """Name the cause of a server crash from its log (LOGFILE, or - for stdin).
 
     Exit 0: a cause was named (or the log shows no error); 1: the log shows a fatal
@@ -107,8 +109,8 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
         if problem:
             raise UserError(problem)
         lines = read_lines(stream)
-        if sys.stderr.isatty():
-            lines = log_input.with_progress(lines, stream, name)
+        if not quiet:
+            lines = log_input.with_progress(lines, stream, name, tty=sys.stderr.isatty())
         result = diagnose(lines, recipes, journal, signatures=signatures, target=target)
     except OSError as e:
         raise UserError(_unreadable(name, e)) from None
@@ -125,8 +127,23 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, recipe_dir: P
                 advise(result, recipes, target)
         except Exception as e:  # advice is a bonus: it must never hide the diagnosis
             click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
+    try:
+        from sm120patch.triage.advice import add_evidence_advice
+        from sm120patch.triage.versions import add_fixed_versions
+
+        add_fixed_versions(result)
+        add_evidence_advice(result)
+    except Exception as e:  # advice is a bonus: it must never hide the diagnosis
+        click.echo(f"warning: could not add the advice from the log's evidence ({e})", err=True)
+    if target is not None:
+        try:
+            from sm120patch.triage.choices import add_alternatives
+
+            add_alternatives(result, target)
+        except Exception as e:  # advice is a bonus: it must never hide the diagnosis
+            click.echo(f"warning: could not read the release's flag choices ({e})", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(result.to_dict(), indent=2))  # ensure_ascii: every control character escaped
     else:
         click.echo(result.render())
     return result.exit_code
@@ -141,7 +158,10 @@ def _check_target(target: Path | None) -> None:
         raise UserError(f"{target}: target not found; pass the tree sm120patch apply was run on")
 
 
-@click.command("guard", context_settings={"ignore_unknown_options": True}, short_help=cli.summary("guard"))
+# Guard's own options come before the server command (or `--`); the first argument that is not one of them starts
+# the command, whose own options are never read as guard's. An unknown option before it is a usage error, not the
+# server command (`guard --json -- CMD` once ran `--json` as the server).
+@click.command("guard", context_settings={"allow_interspersed_args": False}, short_help=cli.summary("guard"))
 @click.option("--target", type=click.Path(path_type=Path), help="Tree the recipes were applied to.")
 @click.option("--restart", is_flag=True, help="After rolling back, start the server once more.")
 @click.option("--ready-pattern", default=None, help="Regex of the output line that means ready.")
@@ -159,6 +179,13 @@ def _check_target(target: Path | None) -> None:
 )
 @click.option("--canary-url", default=None, help="Server base URL for --canary [default: from --ready-url].")
 @click.option("--canary-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, hidden=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Guard\'s own account on stderr as JSON lines: {"event": "log", "message": ...} as it happens, then '
+    '{"event": "exit", "exit_code": N}; the server\'s output still passes through on stdout.',
+)
 @click.option("--recipes", "recipe_dir", type=click.Path(path_type=Path), hidden=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def guard_cmd(
@@ -172,6 +199,7 @@ def guard_cmd(
     canary: float | None,
     canary_url: str | None,
     canary_tokens: int,
+    as_json: bool,
     recipe_dir: Path | None,
     command: tuple[str, ...],
 ) -> int:
@@ -194,7 +222,7 @@ def guard_cmd(
         grace=guard.DEFAULT_GRACE if grace is None else grace,
         canary=_canary(canary, canary_url, ready_url, canary_tokens),
     )
-    log = guard.GuardLog(path=log_path)
+    log = guard.GuardLog(stream=_JsonLines(guard.PREFIX) if as_json else _VisibleLines(), path=log_path)
     applied, rollback = _hooks_or_none(target)
     if target is not None:
         try:
@@ -215,7 +243,48 @@ def guard_cmd(
         )
     finally:
         log.close()
+    if as_json:
+        _json_line({"event": "exit", "exit_code": code})
     return code
+
+
+def _json_line(obj: dict[str, Any]) -> None:
+    sys.stderr.write(json.dumps(obj) + "\n")
+    sys.stderr.flush()
+
+
+class _VisibleLines(io.TextIOBase):
+    """stderr for guard's own account: the log lines it quotes (a crash line, the last error) may hold any
+    control character; each is shown as its escape (sm120patch/visible.py), never sent to the terminal."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        from sm120patch.visible import visible
+
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            sys.stderr.write(visible(line) + "\n")
+        sys.stderr.flush()
+        return len(text)
+
+
+class _JsonLines(io.TextIOBase):
+    """The stream guard's account is printed to, under --json: each `[sm120patch guard] MESSAGE` line it
+    receives goes to stderr as {"event": "log", "message": MESSAGE}."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix + " "
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            _json_line({"event": "log", "message": line.removeprefix(self._prefix)})
+        return len(text)
 
 
 def _canary(interval: float | None, url: str | None, ready_url: str | None, tokens: int) -> Any:

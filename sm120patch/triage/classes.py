@@ -14,11 +14,11 @@ corpus, tests/corpus/triage/README.md).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from sm120patch.triage import memo
 from sm120patch.triage.prefilter import trie_pattern
 
 # class id -> (is an SM12x architecture cause, one line for people)
@@ -517,7 +517,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("flashinfer", re.compile(r"(?<![a-z])flashinfer(?![a-z])", re.I)),
     ("sgl_kernel", re.compile(r"\bsgl[_-]kernel\b")),
     ("deep_gemm", re.compile(r"\bdeep_?gemm\b", re.I)),
-    ("flash_mla", re.compile(r"\bflash_?mla\b", re.I)),
+    ("flash_mla", re.compile(r"\bflash_?mla(?:_\w+)?\b", re.I)),  # and its extension (flash_mla_cuda.*.so)
+    ("tilelang", re.compile(r"\btilelang\b", re.I)),
     ("vllm._C", re.compile(r"\bvllm(?:/|\.)_(?:C|moe_C)\b|_custom_ops")),
     (
         "cutlass",
@@ -590,7 +591,7 @@ LIBRARY_WORDS = (
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
     "llama_cpp", "cpasync", "cute_dsl", "cutlass.cute", "cute.nvgpu", "cute.arch", "cute.runtime",
     "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
-    "tensorflow",
+    "tensorflow", "tilelang",
     "vllm", "sglang", "torch",
 )  # fmt: skip
 # one search for any of them (and CUTLASS's status strings) before the per-library patterns: most lines name none
@@ -823,10 +824,11 @@ def driver_unreachable(body: str) -> bool:
     return bool(_DRIVER_UNREACHABLE.search(body))
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.per_line
 def classify_line(body: str) -> tuple[str, str] | None:
-    """(class, cue) for the words of one fatal line, or None when they show no class. Cached: a bare
-    exception searches the dozen lines before it, so each line of a traceback-dense log is asked ~12 times."""
+    """(class, cue) for the words of one fatal line, or None when they show no class. Memoized: a bare
+    exception searches the dozen lines before it, so each line of a traceback-dense log is asked ~12 times,
+    and a crash-looping server's log repeats the same lines."""
     got = _classify_words(body)
     if got is not None and got[0] == "arch-path-unsupported" and _COMPILER_SOURCE.search(body):
         return "toolchain-lacks-arch", f"{got[1]} (inside the compiler: {_COMPILER_SOURCE.search(body).group(0)})"
@@ -860,6 +862,36 @@ def _classify_words(body: str) -> tuple[str, str] | None:
     return None
 
 
+_LineFacts = tuple[bool, "str | None", tuple[str, ...], "str | None", bool, "str | None", tuple[tuple[str, str], ...]]
+
+
+@memo.per_line
+def _line_facts(line: str) -> _LineFacts:
+    """What one line shows, wherever it is in the log: (a traceback frame, the library it names, the archs it
+    names, its text when it lists several archs, whether it targets SM12x, the SM12x token it names as the
+    device's, the launch flags it sets). Evidence.feed places them at the line's number."""
+    frame = _FRAME.search(line) if 'File "' in line else None
+    text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
+    library = None
+    if _ANY_LIBRARY.search(text.lower()):
+        library = next((name for name, pattern in _LIBRARIES if pattern.search(text)), None)
+    archs = tuple(_arch_name(m) for m in _ARCH.finditer(line))
+    listed = line.strip()[:200] if len(set(archs)) >= 3 else None
+    target = bool(_SM12X_TOKEN.search(line) or _SM12X_TARGET.search(line))
+    # an arch list names no GPU, except the arch a check says it got ("one of [...], but got sm_121"); a line
+    # that names another arch as the device's names SM12x only as a requirement
+    t = _SM12X_TOKEN.search(line) if len(archs) < 3 else _GOT_SM12X.search(line)
+    if t is not None and _names_other_device(line):
+        t = None
+    flags: list[tuple[str, str]] = []
+    if "backend" in line or "quantization" in line or "kv" in line or "VLLM_" in line:
+        for flag, pattern in _FLAGS:
+            fm = pattern.search(line)
+            if fm and fm.group("v").strip("'\"") not in _UNSET:
+                flags.append((flag, fm.group("v").strip("'\",")))
+    return bool(frame), library, archs, listed, target, t.group(0) if t else None, tuple(flags)
+
+
 @dataclass
 class Evidence:
     """Structural facts of a log, fed line by line (bounded memory)."""
@@ -874,35 +906,22 @@ class Evidence:
     sm12x_target: bool = False  # the log builds or compiles for SM12x (a target list with 12.x in it)
 
     def feed(self, line_no: int, line: str) -> None:
-        frame = _FRAME.search(line) if 'File "' in line else None
-        if frame:
+        is_frame, library, archs, listed, target, token, flags = _line_facts(line)
+        if is_frame:
             self.last_frame = (line_no, line)
-        text = _LIB_PREFIX.sub("", frame.group("path") if frame else line)
-        if _ANY_LIBRARY.search(text.lower()):
-            for name, pattern in _LIBRARIES:
-                if pattern.search(text):
-                    self.libraries.append((line_no, name))
-                    break
-        archs = [_arch_name(m) for m in _ARCH.finditer(line)]
+        if library is not None:
+            self.libraries.append((line_no, library))
         self.archs.extend((line_no, a) for a in archs)
-        if len(set(archs)) >= 3 and self.arch_list is None:
-            self.arch_list = (line_no, line.strip()[:200])
-        if not self.sm12x_target and (_SM12X_TOKEN.search(line) or _SM12X_TARGET.search(line)):
+        if listed is not None and self.arch_list is None:
+            self.arch_list = (line_no, listed)
+        if target:
             self.sm12x_target = True
-        # an arch list names no GPU, except the arch a check says it got ("one of [...], but got sm_121"); a line
-        # that names another arch as the device's names SM12x only as a requirement
-        t = _SM12X_TOKEN.search(line) if len(archs) < 3 else _GOT_SM12X.search(line)
-        if t is not None and _names_other_device(line):
-            t = None
-        if t:
-            self.sm12x_tokens.append((line_no, t.group(0)))
+        if token is not None:
+            self.sm12x_tokens.append((line_no, token))
             if self.sm12x_token is None:
-                self.sm12x_token = (line_no, t.group(0))
-        if "backend" in line or "quantization" in line or "kv" in line or "VLLM_" in line:
-            for flag, pattern in _FLAGS:
-                fm = pattern.search(line)
-                if fm and fm.group("v").strip("'\"") not in _UNSET:
-                    self.flags[flag] = fm.group("v").strip("'\",")
+                self.sm12x_token = (line_no, token)
+        for flag, value in flags:
+            self.flags[flag] = value
 
     def library_near(self, line_no: int, window: int = 60, after: int = 0) -> str | None:
         """The library of the innermost frame (or the last named) shortly before `line_no` (or, for
@@ -983,6 +1002,7 @@ def library_in(line: str) -> str | None:
     return None
 
 
+@memo.per_line
 def has_arch_token(text: str) -> bool:
     """The text names a GPU architecture (sm_120, SM100, compute capability 9.0, Hopper, ...)."""
     return bool(_SM12X_TOKEN.search(text) or _ARCH.search(text))

@@ -40,7 +40,8 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
           "meaning": str,           # one sentence
           "next_step": str,         # exact command or launch flag, for "framework"
           "line_no": int,           # 1-based, first occurrence
-          "line": str,              # that line (ANSI colours stripped, clipped)
+          "line": str,              # that line (ANSI colours stripped, clipped; render() shows its other
+                                    # control characters as escapes, JSON escapes them all)
           "count": int,             # occurrences (ranks repeat the same error)
           "details": {str: str},    # named captures, e.g. majors, module; for "structure":
                                     # cue, library, flag, archs, cuda_error (those the log shows)
@@ -72,9 +73,11 @@ from sm120patch.status import APPLIED
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
 from sm120patch.triage.logkind import LogKind
+from sm120patch.triage.memo import LineMemo
 from sm120patch.triage.prefilter import Prefilter
 from sm120patch.triage.signatures import Signature, load_signatures
 from sm120patch.triage.structure import StructureWatcher
+from sm120patch.visible import visible
 
 MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skipped
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
@@ -239,7 +242,8 @@ class Diagnosis:
             out.append("Look for:")
             out.extend(f"  - {hint}" for hint in LOOK_FOR)
         out.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(out)
+        # log text may hold any control character (OSC, DCS, C1 CSI, BS, CR, BEL): shown, never sent raw
+        return "\n".join(visible(line) for line in out)
 
 
 # A log as pasted into a forum or scraped from a page: Markdown-escaped underscores (sm\_120), HTML entities,
@@ -309,6 +313,7 @@ class Diagnoser:
         self.lines_read = 0
         self._after_fatal = False
         self.structure = StructureWatcher()
+        self._line_matches = LineMemo(self._matches)  # a crash loop's log repeats its lines
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
 
@@ -330,8 +335,7 @@ class Diagnoser:
         self.kind.feed(self.lines_read, line)
         self.structure.feed(self.lines_read, line)
         new: list[Finding] = []
-        catalogue = self._match(line)
-        hit_recipes = sorted({rid for rid, text in self._recipe_sigs if text in line})
+        catalogue, hit_recipes = self._line_matches(line)
         implicated, absent = self._split_by_journal(hit_recipes)
         if implicated:
             new += self._add_recipe_finding(line, implicated, catalogue)
@@ -387,6 +391,10 @@ class Diagnoser:
         )
 
     # -- internals -------------------------------------------------------
+
+    def _matches(self, line: str) -> tuple[list[tuple[Signature, re.Match[str]]], list[str]]:
+        """The catalogue match and the recipes whose crash signature the line holds: a function of the text."""
+        return self._match(line), sorted({rid for rid, text in self._recipe_sigs if text in line})
 
     def _match(self, line: str) -> list[tuple[Signature, re.Match[str]]]:
         """The first catalogue signature (file order: most specific first) that matches.
@@ -471,10 +479,16 @@ class Diagnoser:
             if sig.pinned(f.details):  # say why the verdict stays as the value has it
                 notes += [v for k, v in details.items() if k.endswith("_means") and v not in f.meaning]
         step = f.next_step if f.source == "recipe" or sig is None else _fill(sig.next_step_for(framework), details)
+        shown = dict(f.details)
+        if f.fatal and f.source == "catalogue" and "library" not in shown:
+            # the library whose frame or .so the failing line (or the traceback above it) names: where to act
+            lib = triage_classes.library_in(f.line) or self.structure.evidence.library_near(f.line_no, after=2)
+            if lib is not None and lib not in ("torch", "vllm", "sglang"):
+                shown["library"] = lib
         check = ""
         if verdict == "maybe":
             check = _fill(sig.check, details) if sig is not None and sig.check else GPU_CHECK
-        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes)
+        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes, details=shown)
 
     def _compile_target(self, f: Finding) -> tuple[str, str]:
         """A compiler refusing an SM12x arch names what the build targets, not the GPU it runs on: a build's

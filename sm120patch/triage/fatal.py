@@ -8,11 +8,11 @@ fatal (vLLM and SGLang warn "not supported on more than two PCIe-only GPUs" on h
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sm120patch.triage import memo
 from sm120patch.triage.prefilter import trie_pattern
 
 # Prefixes frameworks put before the message, peeled off in any order (up to a few times).
@@ -26,7 +26,10 @@ _PREFIXES = (
     re.compile(r"^\s*[\w.-]+-\d+\s+\|\s+"),
     re.compile(r"^\s*[>|\s]*\|\s*\[[\dT:.Z-]+\]\s*"),
     re.compile(r"^E {2,}"),
+    # a one-letter level tag in angle brackets or parentheses ("<E> ...", "(W) ...")
+    re.compile(r"^\s*(?:<(?P<tag>[EWIDFVT])>|\((?P<tag2>[EWIDFVT])\))\s+"),
 )
+_TAG_QUIET = {"W", "I", "D", "V", "T"}
 _LEVEL = re.compile(
     r"^(?:(?P<lvl>INFO|WARNING|WARN|DEBUG|NOTICE)\b[:\s]|\[(?:TensorRT-LLM|TRT-LLM)\]\s?\[?(?P<trt>[IWVD])\]?\s|"
     r"\[(?P<trt2>[IWVD])\] \[TRT\]|\S*:\d+: \w*Warning\b|\[W\d{3,4} )"
@@ -294,7 +297,10 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
             r"\bexit code:? -?[1-9]\d*|non-zero exit (?:status|code)|"
             # Windows: faulthandler, the access-violation status, an unhandled SEH exception
             r"Windows fatal exception|(?i:access violation|0xC0000005|0xC0000409|0xC000001D|0xC0000374)|"
-            r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b|"
+            r"Unhandled exception at 0x|STATUS_STACK_BUFFER_OVERRUN|"
+            r"(?<!handler for )(?<!handlers for )\bSIG(?:SEGV|ABRT|ILL|BUS|FPE)\b"
+            # not a signal named as what a handler takes ("SIGILL handler installed", "SIGSEGV, SIGBUS handlers")
+            r"(?!(?:[ ,/]+(?:and |or )?SIG[A-Z]+)*[ ,/]+(?:signal )?handl(?:er|ers|ing)\b)|"
             # the same statuses as a signed or unsigned decimal exit code (0xC0000005, 0xC0000409, 0xC000001D)
             r"(?:exit|error|return|status) ?code\W{0,3}(?:-1073741819|3221225477|-1073740791|3221226505|-1073741795|"
             r"3221225501)\b|"
@@ -571,7 +577,7 @@ _CLASSES: tuple[tuple[str, str, re.Pattern[str] | _Gated], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.per_line
 def strip_prefix(line: str) -> tuple[str, bool]:
     """The message body of a log line, and whether it was logged below error level. Cached: a fatal line reads
     the dozen lines before it again (structure.py), and each is asked from several places."""
@@ -585,6 +591,8 @@ def strip_prefix(line: str) -> tuple[str, bool]:
                 if groups.get("lvl") in ("WARNING", "WARN", "INFO", "DEBUG"):
                     quiet = True
                 if groups.get("glog") in _GLOG_QUIET:
+                    quiet = True
+                if (groups.get("tag") or groups.get("tag2")) in _TAG_QUIET:
                     quiet = True
                 body = body[m.end() :]
         if body == before:
@@ -646,11 +654,16 @@ _WARNED_FAILURE = _Gated(
 )
 
 
-_INFO_LEVEL = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:INFO|DEBUG)\b|^\s*[ID]\d{4} |^\s*\d{4}-\d\d-\d\d [\d:.]+: [ID] ")
+_INFO_LEVEL = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?:INFO|DEBUG)\b|^\s*[ID]\d{4} |^\s*\d{4}-\d\d-\d\d [\d:.]+: [ID] |"
+    r"^\s*(?:<[IDVT]>|\([IDVT]\))\s"
+)
 
 
+@memo.per_line
 def classify(line: str) -> FatalClass | None:
-    """The generic class of a line that says the run failed, or None for any other line."""
+    """The generic class of a line that says the run failed, or None for any other line (memoized: a
+    crash-looping server's log repeats the same lines)."""
     body, quiet = strip_prefix(line)
     if not body.strip():
         return None
@@ -671,7 +684,7 @@ def classify(line: str) -> FatalClass | None:
 
 _ERROR_LEVEL = re.compile(
     r"^\s*(?:\([^)]*pid=\d+\)\s*)?(?:ERROR\s+\d\d-\d\d [\d:.]+|[EF]\d{4} [\d:.]+\s+\d+ [^\]]+\]|"
-    r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+:\d+\])"
+    r"\d{4}-\d\d-\d\d [\d:.]+: [EF] \S+:\d+\]|(?:<[EF]>|\([EF]\))\s+\S)"
 )
 
 
@@ -691,6 +704,8 @@ _TAIL_OK = re.compile(
     r"\b(?:errors?|failures?|failed)(?: rates?| counts?)?\W{0,3}0\b|\bsucce\w+|"
     # a cleanup's count ("Killed 0 zombie processes": SGLang's process-tree cleanup at shutdown)
     r"\bkilled \d+ (?:zombie|orphan|stale|child|leftover)|"
+    # a signal named as what a handler takes ("SIGILL handler installed"), not one received
+    r"\bsig\w+(?:[ ,/]+(?:and |or )?sig\w+)*[ ,/]+(?:signal )?handl(?:er|ers|ing)\b|\bhandlers? for sig\w+|"
     r"\bready\b|\bcompleted?\b|\bfinished\b|\bdone\b|\bpassed\b|\bhealthy\b|\bretrying\b)"
 )
 

@@ -1,5 +1,6 @@
 """Honest about its input: a log that is empty or not text is refused (exit 2) with one line,
-and a long log read on a terminal shows how far the reading is, on stderr."""
+and a log that takes more than a second to read shows how far the reading is, on stderr (in place on
+a terminal, a line every few seconds otherwise: a CI job or `2> file` sees it too)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from collections.abc import Iterator
 from typing import IO
 
 HEAD_BYTES = 64 * 1024
-PROGRESS_BYTES = 32 * 1024 * 1024  # logs shorter than this finish before progress would help
-PROGRESS_EVERY_S = 0.5
+PROGRESS_AFTER_S = 1.0  # a log read faster than this shows nothing
+PROGRESS_EVERY_S = 0.5  # on a terminal, updated in place
+PROGRESS_LINE_EVERY_S = 5.0  # elsewhere, one line each
+CHECK_EVERY = 4096  # lines between looks at the clock
 _TEXT_CONTROLS = {9, 10, 12, 13, 27}  # tab, newline, form feed, carriage return, ESC (colours)
 
 
@@ -43,25 +46,36 @@ def check_head(data: bytes, name: str) -> str | None:
     return None
 
 
-def with_progress(lines: Iterator[str], stream: IO[bytes], name: str) -> Iterator[str]:
-    """Pass the lines through; on a long file, show 'read X of Y MB' on stderr twice a second."""
+def with_progress(lines: Iterator[str], stream: IO[bytes], name: str, tty: bool) -> Iterator[str]:
+    """Pass the lines through; once reading has taken PROGRESS_AFTER_S, say how far it is on stderr: in place on
+    a terminal (TTY), else a line every PROGRESS_LINE_EVERY_S. Of a file: bytes of its size; of a pipe: lines."""
     try:
-        total = os.fstat(stream.fileno()).st_size
+        total = os.fstat(stream.fileno()).st_size if stream.seekable() else 0
     except (OSError, ValueError, AttributeError):
         total = 0
-    if total < PROGRESS_BYTES:  # short files, and pipes (size unknown): nothing to show
-        yield from lines
-        return
-    last = time.monotonic()
+    every = PROGRESS_EVERY_S if tty else PROGRESS_LINE_EVERY_S
+    start = time.monotonic()
+    due = start + PROGRESS_AFTER_S
     shown = False
-    for n, line in enumerate(lines):
+    for n, line in enumerate(lines, 1):
         yield line
-        if n % 20000 == 0 and time.monotonic() - last >= PROGRESS_EVERY_S:
-            last = time.monotonic()
-            done = stream.tell()
-            sys.stderr.write(f"\rdiagnose: {name}: read {done >> 20} of {total >> 20} MB ({100 * done // total}%)")
+        if n % CHECK_EVERY == 0 and time.monotonic() >= due:
+            due = time.monotonic() + every
+            text = f"diagnose: {name}: {_how_far(stream, total, n)} ({time.monotonic() - start:.0f} s)"
+            sys.stderr.write(f"\r{text}\033[K" if tty else f"{text}\n")
             sys.stderr.flush()
             shown = True
-    if shown:
+    if shown and tty:
         sys.stderr.write("\r\033[K")
         sys.stderr.flush()
+
+
+def _how_far(stream: IO[bytes], total: int, lines: int) -> str:
+    if total:
+        try:
+            done = stream.tell()
+        except (OSError, ValueError):
+            done = 0
+        if done:
+            return f"read {done >> 20} of {total >> 20} MB ({100 * done // total}%)"
+    return f"read {lines} lines"

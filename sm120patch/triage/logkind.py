@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from sm120patch.triage import memo
+
 FRAMEWORKS = ("sglang", "vllm", "tensorrt-llm", "pytorch")
 
 # Marks a framework leaves in its logs (paths, process tags, log prefixes, env vars).
@@ -26,6 +28,14 @@ _MARKERS: dict[str, re.Pattern[str]] = {
     ),
     "pytorch": re.compile(r"\btorch\b|\btriton\b|TORCH_|torch\._inductor|TORCHDYNAMO"),
 }
+
+
+@memo.per_line
+def _marks(line: str) -> tuple[str, ...]:
+    """The frameworks whose marks the line shows."""
+    return tuple(name for name, pattern in _MARKERS.items() if pattern.search(line))
+
+
 _PRIORITY = ("tensorrt-llm", "sglang", "vllm", "pytorch")
 
 # Statements about the device itself (not arch lists, not compile targets of other GPUs).
@@ -64,6 +74,7 @@ _REQUIREMENT_AFTER = re.compile(
 )
 
 
+@memo.per_line
 def _shows_other_gpu(line: str) -> bool:
     """A GPU other than SM12x is named as the device (not as what a path requires)."""
     return any(
@@ -99,9 +110,8 @@ class LogKind:
 
     def feed_marks(self, line: str) -> None:
         """Only the framework marks (every line of an SGLang log has its TP prefix)."""
-        for name, pattern in _MARKERS.items():
-            if pattern.search(line):
-                self.hits[name] += 1
+        for name in _marks(line):
+            self.hits[name] += 1
 
     @property
     def framework(self) -> str | None:

@@ -17,6 +17,10 @@ from collections.abc import Iterable
 # and structural cues (triage_classes.py) need. Keep them specific: "cuda" alone or "gpu" would
 # pass every decode-progress line ("cuda graph: True", "GPU KV cache usage").
 KEYWORDS = (
+    "<e> ",  # one-letter error level tags (fatal.py reads "<E> ..." and "(F) ..." as logged at error level)
+    "(e) ",
+    "<f> ",
+    "(f) ",
     "error",
     "fail",
     "fatal",

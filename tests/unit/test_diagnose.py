@@ -136,7 +136,8 @@ def test_real_line_is_named(sig_id: str) -> None:
 def test_jit_details_name_majors_and_module_from_the_traceback() -> None:
     d = diagnose(JIT_CRASH, [], set())
     (f,) = d.findings
-    assert f.details == {"majors": "9, 10", "module": "trtllm_comm"}
+    # and the library whose frame is above the failing line (flashinfer/jit/...): where to act
+    assert f.details == {"majors": "9, 10", "module": "trtllm_comm", "library": "flashinfer"}
     assert "(trtllm_comm)" in f.meaning and "[9, 10]" in f.meaning
     assert f.count == 2 and f.line_no == 7
 
@@ -344,7 +345,9 @@ def test_cli_without_engine_treats_journal_as_unknown(tmp_path: Path, monkeypatc
 
 
 def test_cli_missing_target_is_usage_error(tmp_path: Path) -> None:
-    res = CliRunner().invoke(SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")])
+    res = CliRunner().invoke(
+        SM120PATCH, ["diagnose", str(write_log(tmp_path, JIT_CRASH)), "--target", str(tmp_path / "no")]
+    )
     assert res.exit_code == 2 and "target not found" in res.output
 
 

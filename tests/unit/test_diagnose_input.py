@@ -1,10 +1,12 @@
 """diagnose is honest about its input: an empty, binary or compressed log is refused with one
-line and exit 2 (nothing is diagnosed from it); a long log read on a terminal shows progress."""
+line and exit 2 (nothing is diagnosed from it); a log that takes over a second shows progress on stderr, on a
+terminal or not, unless --quiet."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 from pathlib import Path
 
@@ -50,22 +52,60 @@ def test_head_does_not_consume_the_stream() -> None:
     assert log_input.head(s) == b"line one\nline two\n" and s.read() == b"line one\nline two\n"
 
 
-def test_progress_on_a_long_file_goes_to_stderr_and_is_cleared(
+def test_progress_on_a_terminal_goes_to_stderr_and_is_cleared(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     p = tmp_path / "big.log"
     p.write_bytes(b"decode batch\n" * 200_000)
-    monkeypatch.setattr(log_input, "PROGRESS_BYTES", 1024)
+    monkeypatch.setattr(log_input, "PROGRESS_AFTER_S", 0.0)
     monkeypatch.setattr(log_input, "PROGRESS_EVERY_S", 0.0)
     with p.open("rb") as f:
-        n = sum(1 for _ in log_input.with_progress(iter(f.readline, b""), f, "big.log"))
+        n = sum(1 for _ in log_input.with_progress(iter(f.readline, b""), f, "big.log", tty=True))
     err = capsys.readouterr().err
-    assert n == 200_000 and "diagnose: big.log: read " in err and err.endswith("\r\033[K")
+    assert n == 200_000 and "\rdiagnose: big.log: read " in err and " MB (" in err and err.endswith("\r\033[K")
+
+
+def test_progress_off_a_terminal_is_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tmp_path / "big.log"
+    p.write_bytes(b"decode batch\n" * 50_000)
+    monkeypatch.setattr(log_input, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(log_input, "PROGRESS_LINE_EVERY_S", 0.0)
+    with p.open("rb") as f:
+        n = sum(1 for _ in log_input.with_progress(iter(f.readline, b""), f, "big.log", tty=False))
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert n == 50_000 and lines and "\r" not in err and "\033" not in err
+    assert all(line.startswith("diagnose: big.log: read ") for line in lines), err
+
+
+def test_progress_of_a_pipe_counts_lines(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    r, w = os.pipe()
+    os.write(w, b"x\n" * 20_000)
+    os.close(w)
+    monkeypatch.setattr(log_input, "PROGRESS_AFTER_S", 0.0)
+    with os.fdopen(r, "rb") as f:
+        n = sum(1 for _ in log_input.with_progress(iter(f.readline, b""), f, "stdin", tty=False))
+    assert n == 20_000 and "diagnose: stdin: read 4096 lines" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "shown"), [([], True), (["--quiet"], False)])
+def test_cli_progress_when_slow_and_quiet_silences_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str], shown: bool
+) -> None:
+    p = tmp_path / "server.log"
+    p.write_text("INFO decode batch\n" * 9000 + "RuntimeError: CUDA error: no kernel image is available\n")
+    monkeypatch.setattr(log_input, "PROGRESS_AFTER_S", 0.0)  # as if reading took longer than a second
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", *flag, "--json", str(p)])
+    assert res.exit_code in (0, 1), res.output
+    assert json.loads(res.stdout)["lines_read"] == 9001  # progress never mixes into stdout
+    assert ("diagnose: " in res.stderr) is shown, res.stderr
 
 
 def test_no_progress_for_a_short_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "small.log"
     p.write_bytes(b"x\n" * 10)
     with p.open("rb") as f:
-        assert len(list(log_input.with_progress(iter(f.readline, b""), f, "small.log"))) == 10
+        assert len(list(log_input.with_progress(iter(f.readline, b""), f, "small.log", tty=True))) == 10
     assert capsys.readouterr().err == ""

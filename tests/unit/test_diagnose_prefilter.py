@@ -81,7 +81,7 @@ def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
         "nvdiffrast": "nvdiffrast.torch", "quack": "quack/cute_dsl_utils.py",
         "a compiled extension": "site-packages/foo_kernels/_ops.py", "CUDA.jl": "@ CUDA ~/.julia/packages/CUDA/x/lib",
         "another compiled runtime": "ctranslate2/models/whisper.py", "CUDA math libraries": "cublasLtMatmul failed",
-        "CuTe DSL": "cutlass.cute.nvgpu.cpasync",
+        "CuTe DSL": "cutlass.cute.nvgpu.cpasync", "tilelang": "tilelang/jit/kernel.py",
     }  # fmt: skip
     assert set(samples) == {name for name, _ in _LIBRARIES}
     for name, pattern in _LIBRARIES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import json
 import os
 import signal
 import subprocess
@@ -328,3 +329,47 @@ def test_closed_stdout_does_not_stall_the_server(tmp_path: Path) -> None:
         log=GuardLog(err),
     )
     assert code == 0 and "still watching" in err.getvalue() and "server is ready" in err.getvalue()
+
+
+def _argv_server(tmp_path: Path) -> list[str]:
+    """A server that writes the arguments it was started with, then exits cleanly before ready."""
+    return server(tmp_path, "Path(HERE / 'argv').write_text(' '.join(sys.argv[1:]))\nsys.exit(0)\n")
+
+
+def test_cli_guard_json_before_the_dashes_is_guards_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [])
+    cmd = _argv_server(tmp_path)
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--json", "--timeout", "5", "--", *cmd, "--port", "1"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "argv").read_text() == "--port 1"  # the server ran, not a command named --json
+    events = [json.loads(line) for line in res.stderr.splitlines()]
+    assert events[-1] == {"event": "exit", "exit_code": 0}
+    messages = [e["message"] for e in events if e["event"] == "log"]
+    assert messages[0].startswith("launch 1: ") and "exited cleanly before it was ready" in messages[-1]
+
+
+def test_cli_guard_options_after_the_command_are_the_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [])
+    cmd = _argv_server(tmp_path)
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--timeout", "5", *cmd, "--json", "--timeout", "9"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "argv").read_text() == "--json --timeout 9"
+    assert "[sm120patch guard] launch 1" in res.stderr
+
+
+def test_cli_guard_unknown_option_is_a_usage_error_not_the_server(tmp_path: Path) -> None:
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--jsno", "--", *_argv_server(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert "No such option" in res.output and "--jsno" in res.output and "launch 1" not in res.output
+
+
+def test_cli_guard_shows_control_characters_of_the_log_as_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commands_triage, "load_recipes", lambda directory=None: [])
+    osc52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
+    cmd = server(tmp_path, f"print({('ValueError: broken ' + osc52 + chr(0x9B) + '2J').__repr__()}); sys.exit(1)\n")
+    res = CliRunner().invoke(SM120PATCH, ["guard", "--timeout", "5", "--", *cmd])
+    assert res.exit_code == 1, res.output
+    assert "ValueError: broken \\x1b]52;c;cm0gLXJmIH4=\\x07\\x9b2J" in res.stderr, res.stderr
+    assert [c for c in res.stderr if c != "\n" and not c.isprintable()] == []

@@ -1,0 +1,128 @@
+"""The values an SGLang release itself accepts for a launch flag, read from its own source with ast.
+
+When a crash shows the flag whose value picked the failing path (`--attention-backend fa3`), the advice lists
+the other values that release takes, from `parser.add_argument("--attention-backend", choices=...)` and the
+module-level lists it names (ATTENTION_BACKEND_CHOICES): never a list typed here, so the advice follows the
+release the user runs (given with --target). The file is parsed, never imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from sm120patch.triage.diagnose import Diagnosis
+
+_PLACES = ("sglang/srt/server_args.py", "python/sglang/srt/server_args.py", "srt/server_args.py")
+
+
+def server_args_file(target: Path) -> Path | None:
+    """server_args.py of the SGLang under TARGET (a site-packages, a clone, or the sglang package itself)."""
+    if target.is_file() and target.name == "server_args.py":
+        return target
+    return next((target / p for p in _PLACES if (target / p).is_file()), None)
+
+
+def _strings(node: ast.AST, names: dict[str, list[str]]) -> list[str] | None:
+    """The strings of a list/tuple/set literal (with *NAME of another known list), or of a known NAME."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if not isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return None
+    out: list[str] = []
+    for elt in node.elts:
+        if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+            out.append(elt.value)
+        elif isinstance(elt, ast.Starred) and isinstance(elt.value, ast.Name) and elt.value.id in names:
+            out.extend(names[elt.value.id])
+        else:
+            return None  # a computed element: the list is not known from the source alone
+    return out
+
+
+def _module_lists(tree: ast.Module, names: dict[str, list[str]]) -> None:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            got = _strings(stmt.value, names)
+            if got is not None:
+                names[stmt.targets[0].id] = got
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _choices_of(call: ast.Call, names: dict[str, list[str]]) -> list[str] | None:
+    kw = next((k for k in call.keywords if k.arg == "choices"), None)
+    got = _strings(kw.value, names) if kw is not None else None
+    return list(dict.fromkeys(got)) if got else None
+
+
+def flag_choices(path: Path) -> dict[str, list[str]]:
+    """Each `--flag` of the release whose choices are a literal or a module-level list of strings: from
+    server_args.py's `parser.add_argument("--flag", choices=...)` and, in releases that declare their flags as
+    fields (sglang/srt/arg_groups/fields/*.py: `attention_backend: A[..., Arg(choices=...)]`), from those."""
+    tree = _parse(path)
+    if tree is None:
+        return {}
+    groups = path.parent / "arg_groups"
+    names: dict[str, list[str]] = {}
+    shared = _parse(groups / "choices.py") if (groups / "choices.py").is_file() else None
+    if shared is not None:
+        _module_lists(shared, names)
+    _module_lists(tree, names)
+    flags: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr != "add_argument" or not node.args:
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("--"):
+            got = _choices_of(node, names)
+            if got:
+                flags.setdefault(first.value, got)
+    for fields in sorted((groups / "fields").glob("*.py")) if (groups / "fields").is_dir() else []:
+        mod = _parse(fields)
+        if mod is None:
+            continue
+        local = dict(names)
+        _module_lists(mod, local)
+        for node in ast.walk(mod):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            for call in ast.walk(node.annotation):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "Arg":
+                    got = _choices_of(call, local)
+                    cli = next((k.value for k in call.keywords if k.arg == "cli_name"), None)
+                    name = cli.value if isinstance(cli, ast.Constant) and isinstance(cli.value, str) else None
+                    if got:
+                        flags.setdefault(name or "--" + node.target.id.replace("_", "-"), got)
+    return flags
+
+
+def add_alternatives(result: Diagnosis, target: Path) -> None:
+    """A note on each fatal finding whose flag the release knows: the other values it takes for that flag."""
+    path = server_args_file(target)
+    if path is None:
+        return
+    known: dict[str, list[str]] | None = None
+    for f in result.causes:
+        shown = f.details.get("flag", "")
+        flag, _, value = shown.partition(" ")
+        if not flag.startswith("--"):
+            continue
+        if known is None:
+            known = flag_choices(path)
+        choices = known.get(flag)
+        if not choices:
+            continue
+        others = [c for c in choices if c != value.strip("'\"")]
+        f.details["alternatives"] = ", ".join(others)
+        f.notes.append(
+            f"this SGLang's {flag} takes: {', '.join(others)} (besides {value}; from {path}); "
+            "pick one whose kernels were built for this GPU's arch"
+        )
