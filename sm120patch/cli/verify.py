@@ -107,6 +107,12 @@ class _ServerAfterDashes(click.Command):
     show_default=True,
     help="What an inconclusive candidate gets.",
 )
+@click.option(
+    "--logprobs",
+    is_flag=True,
+    help="Ask for each token (OpenAI logprobs: 0) and compare answers by tokens, not characters "
+    "(the server then computes one logprob a step, in both arms).",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(

@@ -61,6 +61,7 @@ class Options:
     noise_floor: float = schedule.NOISE_FLOOR
     min_effect: float = decide_mod.MIN_EFFECT
     if_inconclusive: str = "keep"  # keep | rollback
+    logprobs: bool = False  # ask for the tokens (OpenAI logprobs) and compare answers by them
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -439,14 +440,25 @@ class Runner:
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
             load = workload.run_load(
-                opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout, opts.load_timeout
+                opts.base_url,
+                model,
+                self.prompts,
+                c,
+                n,
+                opts.output_len,
+                opts.request_timeout,
+                opts.load_timeout,
+                opts.logprobs,
             )
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
+            tokens: dict[str, list[str | int]] = {}
             for r in load.results:
                 if r.success and r.prompt_id not in texts:
                     texts[r.prompt_id] = r.text
-            out[c] = {"summary": summary, "outputs": texts}
+                    if r.tokens is not None:
+                        tokens[r.prompt_id] = r.tokens
+            out[c] = {"summary": summary, "outputs": texts, "tokens": tokens}
             self.say(
                 f"{label}: c={c}: {summary['output_throughput']:.1f} output tok/s, "
                 f"TTFT median {summary['ttft_ms']['median']:.1f} ms, TPOT median {summary['tpot_ms']['median']:.2f} ms"
@@ -492,7 +504,7 @@ def _launch_dict(launch: Launch) -> dict[str, Any]:
 
 
 def _strip(run: decide_mod.Run) -> dict[str, Any]:
-    return {str(c): {"summary": v["summary"], "outputs": v["outputs"]} for c, v in run.items()}
+    return {str(c): {k: v[k] for k in ("summary", "outputs", "tokens") if k in v} for c, v in run.items()}
 
 
 def _safe(name: str) -> str:
@@ -514,4 +526,5 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "noise_floor": opts.noise_floor,
         "min_effect": opts.min_effect,
         "if_inconclusive": opts.if_inconclusive,
+        "logprobs": opts.logprobs,
     }

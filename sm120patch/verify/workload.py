@@ -58,6 +58,7 @@ class RequestResult:
     latency: float = 0.0  # the last line of the stream, from the request's start
     start_time: float = 0.0
     output_len: int = 0  # usage.completion_tokens, else max_tokens (bench_serving's fallback)
+    tokens: list[str | int] | None = None  # the answer's tokens, where the stream carried them
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,9 +92,14 @@ def load_prompts(path: Path | None = None) -> list[Prompt]:
     return out
 
 
-def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """bench_serving's sglang-oai payload, greedy; usage asked for so output_len is the server's count."""
+def payload(model: str, prompt: str, max_tokens: int, logprobs: bool = False) -> dict[str, Any]:
+    """bench_serving's sglang-oai payload, greedy; usage asked for so output_len is the server's count.
+    `logprobs`: also ask for the chosen token's logprob (`logprobs: 0`), so every chunk names its
+    tokens (`choices[0].logprobs.tokens`, serving_completions.py in SGLang 0.5.9) and answers can
+    be compared by tokens; SGLang then computes that logprob at every step, in both arms alike."""
+    extra = {"logprobs": 0} if logprobs else {}
     return {
+        **extra,
         "model": model,
         "prompt": prompt,
         "best_of": 1,
@@ -113,6 +119,7 @@ async def stream_completion(
     max_tokens: int,
     idle: float | None = None,
     until: float | None = None,
+    logprobs: bool = False,
 ) -> RequestResult:
     """One streamed completion, timed as bench_serving's async_request_openai_completions times it.
     `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails;
@@ -123,7 +130,7 @@ async def stream_completion(
     out.start_time = most_recent = st
     latency = 0.0
     try:
-        async with client.stream("POST", url, json=payload(model, prompt.text, max_tokens)) as resp:
+        async with client.stream("POST", url, json=payload(model, prompt.text, max_tokens, logprobs)) as resp:
             if resp.status_code != 200:
                 body = (await resp.aread()).decode("utf-8", "replace")
                 out.error = f"HTTP {resp.status_code}: {body[:300]}"
@@ -167,12 +174,24 @@ async def stream_completion(
                         out.itl.append(now - most_recent)
                     most_recent = now
                     out.text += text
+                toks = chunk_tokens(choices[0])
+                if toks is not None:
+                    out.tokens = (out.tokens or []) + toks
                 usage = data.get("usage") or {}
                 out.output_len = int(usage.get("completion_tokens", out.output_len))
         out.success, out.latency = True, latency
     except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
         out.error = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def chunk_tokens(choice: Any) -> list[str | int] | None:
+    """The tokens one streamed choice names (`logprobs.tokens`, OpenAI completions), or None."""
+    lp = choice.get("logprobs") if isinstance(choice, dict) else None
+    toks = lp.get("tokens") if isinstance(lp, dict) else None
+    if isinstance(toks, list) and all(isinstance(t, str | int) for t in toks):
+        return list(toks)
+    return None
 
 
 def _late(idle_left: float | None, idle: float | None, until: float | None) -> str:
@@ -207,6 +226,7 @@ async def _run(
     out_len: int,
     timeout: float,
     deadline: float,
+    logprobs: bool = False,
 ) -> Load:
     url = base_url.rstrip("/") + COMPLETIONS
     gate = asyncio.Semaphore(concurrency)
@@ -219,7 +239,9 @@ async def _run(
             async with gate:
                 if until is not None and time.perf_counter() >= until:
                     return RequestResult(p.id, error="the load ran past its deadline (--load-timeout)")
-                return await stream_completion(http, url, model, p, out_len, idle=timeout, until=until)
+                return await stream_completion(
+                    http, url, model, p, out_len, idle=timeout, until=until, logprobs=logprobs
+                )
 
         tasks = [asyncio.ensure_future(one(p)) for p in order]
         # the requests end themselves at the deadline; what is still stuck after that (a connect,
@@ -250,10 +272,11 @@ def run_load(
     output_len: int,
     timeout: float = REQUEST_TIMEOUT,
     deadline: float = LOAD_TIMEOUT,
+    logprobs: bool = False,
 ) -> Load:
     """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight,
-    all of them done or cancelled within `deadline` seconds (0: no limit)."""
-    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline))
+    all of them done or cancelled within `deadline` seconds (0: no limit); `logprobs`: see payload."""
+    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline, logprobs))
 
 
 def ready(base_url: str, timeout: float = 10.0) -> str | None:

@@ -19,7 +19,8 @@ at start. Test recipes rewrite those files.
 Answers: "Compute A + B" / "Compute A times B" get the right number, "Count from 1 to N" the count,
 everything else words picked from a hash of the prompt: greedy decoding, so the same prompt gives
 the same text. Endpoints: GET /health, GET /v1/models, POST /v1/completions (SSE, like SGLang:
-`data: {json}` lines, a final usage chunk, `data: [DONE]`). Binds 127.0.0.1 only. With --state,
+`data: {json}` lines, a final usage chunk, `data: [DONE]`; with `logprobs` in the request, each
+chunk's choice carries `logprobs.tokens`, its token). Binds 127.0.0.1 only. With --state,
 appends one line per launch (`pid knobs`) to DIR/launches, and one per request to DIR/requests.
 `--knob-if delay=0.003:srt/x.py:REGEX` sets a knob from a real release's file instead (delay, mode).
 Flags for what no recipe causes: `--wire W` and `--mode M` override the knobs (the server itself is
@@ -209,6 +210,9 @@ def main() -> None:
                     tok = toks[i % len(toks)]
                     time.sleep(delay if not (stall and i == 1) else 60)
                     chunk = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
+                    if req.get("logprobs") is not None:  # SGLang's to_openai_style_logprobs shape
+                        lp = {"tokens": [tok], "token_logprobs": [0.0], "top_logprobs": [], "text_offset": [-1]}
+                        chunk["choices"][0]["logprobs"] = lp
                     line = "{not json" if wire == "badjson" else json.dumps(chunk)
                     self.wfile.write(f"data: {line}\n\n".encode())
                     self.wfile.flush()

@@ -151,7 +151,22 @@ def test_late_divergence_is_within_tolerance(sm: Any, box: Box) -> None:
     (d,) = data["decisions"]
     assert code == 0 and d["keep"], d["reasons"]
     assert d["answers"]["exact"] == 0 and d["answers"]["agree"] == d["answers"]["compared"]
+    assert d["answers"]["by"] == "by characters" and "by characters" in d["summary"]  # no tokens asked for
     assert box.changed() == {f"sglang/{knob_rel('mode')}": b'VALUE = "late"\n'}
+
+
+def test_with_logprobs_answers_are_compared_by_tokens(sm: Any, box: Box) -> None:
+    loose = ("--noise-floor", "0.5", "--min-effect", "0.6", "--logprobs")
+    code, data, err = verify(sm, box, "fake-late", extra=loose)
+    (d,) = data["decisions"]
+    assert code == 0 and d["keep"], d["reasons"]
+    assert d["answers"]["by"] == "by tokens" and "answers agree 8/8 by tokens" in d["summary"]
+    # the fake streams one token a chunk; "late" changes the last quarter of 20 tokens: from token 15 on
+    assert {x["at_token"] for x in d["answers"]["divergences"]} == {15}
+    runs = json.loads((box.out / "report.json").read_text())["runs"]
+    base_tokens = runs["baseline"][0]["4"]["tokens"]
+    assert base_tokens and all(len(t) == 20 for t in base_tokens.values())
+    assert data["options"]["logprobs"] is True
 
 
 def test_one_at_a_time_keeps_the_fast_and_drops_the_crashing(sm: Any, box: Box) -> None:
