@@ -113,6 +113,14 @@ class _ServerAfterDashes(click.Command):
     help="Ask for each token (OpenAI logprobs: 0) and compare answers by tokens, not characters "
     "(the server then computes one logprob a step, in both arms).",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["sglang-oai", "sglang"]),
+    default="sglang-oai",
+    show_default=True,
+    help="The load, as bench_serving's --backend: sglang-oai (/v1/completions) or sglang (SGLang's native "
+    "/generate, whose output ids let answers be compared by tokens at no extra cost).",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(

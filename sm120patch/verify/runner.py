@@ -62,6 +62,7 @@ class Options:
     min_effect: float = decide_mod.MIN_EFFECT
     if_inconclusive: str = "keep"  # keep | rollback
     logprobs: bool = False  # ask for the tokens (OpenAI logprobs) and compare answers by them
+    backend: str = "sglang-oai"  # bench_serving's name: sglang-oai (/v1/completions) | sglang (/generate)
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -435,7 +436,18 @@ class Runner:
         warm = len(self.prompts) if opts.warmup is None else opts.warmup
         if warm:
             c = min(8, max(opts.concurrencies))
-            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout, opts.load_timeout)
+            workload.run_load(
+                opts.base_url,
+                model,
+                self.prompts,
+                c,
+                warm,
+                16,
+                opts.request_timeout,
+                opts.load_timeout,
+                opts.logprobs,
+                opts.backend,
+            )
         out: dict[int, dict[str, Any]] = {}
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
@@ -449,6 +461,7 @@ class Runner:
                 opts.request_timeout,
                 opts.load_timeout,
                 opts.logprobs,
+                opts.backend,
             )
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
@@ -527,4 +540,5 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "min_effect": opts.min_effect,
         "if_inconclusive": opts.if_inconclusive,
         "logprobs": opts.logprobs,
+        "backend": opts.backend,
     }

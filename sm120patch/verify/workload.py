@@ -25,6 +25,8 @@ from typing import Any
 from sm120patch.errors import UserError
 
 COMPLETIONS = "/v1/completions"
+GENERATE = "/generate"  # SGLang's native endpoint (bench_serving --backend sglang)
+BACKENDS = {"sglang-oai": COMPLETIONS, "sglang": GENERATE}  # bench_serving's names for them
 MODELS = "/v1/models"
 HEALTH = "/health"
 # seconds without a line of data from the server before a request counts as failed (a stream that
@@ -111,6 +113,17 @@ def payload(model: str, prompt: str, max_tokens: int, logprobs: bool = False) ->
     }
 
 
+def native_payload(prompt: str, max_tokens: int) -> dict[str, Any]:
+    """bench_serving's `--backend sglang` payload (async_request_sglang_generate, 0.5.9), greedy."""
+    return {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens, "ignore_eos": True},
+        "stream": True,
+        "return_logprob": False,
+        "logprob_start_len": -1,
+    }
+
+
 async def stream_completion(
     client: Any,
     url: str,
@@ -120,8 +133,10 @@ async def stream_completion(
     idle: float | None = None,
     until: float | None = None,
     logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> RequestResult:
-    """One streamed completion, timed as bench_serving's async_request_openai_completions times it.
+    """One streamed completion, timed as bench_serving's async_request_openai_completions times it
+    (`backend` "sglang": SGLang's native /generate, as async_request_sglang_generate times it).
     `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails;
     `until`: the perf_counter() time by which it fails anyway (the load's deadline). Both are checked
     here, line by line, not left to a cancellation from outside (wait_for can lose one on 3.11)."""
@@ -129,8 +144,10 @@ async def stream_completion(
     st = time.perf_counter()
     out.start_time = most_recent = st
     latency = 0.0
+    native = backend == "sglang"
+    body = native_payload(prompt.text, max_tokens) if native else payload(model, prompt.text, max_tokens, logprobs)
     try:
-        async with client.stream("POST", url, json=payload(model, prompt.text, max_tokens, logprobs)) as resp:
+        async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
                 body = (await resp.aread()).decode("utf-8", "replace")
                 out.error = f"HTTP {resp.status_code}: {body[:300]}"
@@ -164,6 +181,9 @@ async def stream_completion(
                 data = json.loads(chunk)
                 if not isinstance(data, dict):
                     raise ValueError(f"a stream chunk that is not a JSON object: {chunk[:80]!r}")
+                if native:
+                    most_recent = _native_chunk(out, data, st, most_recent)
+                    continue
                 choices = data.get("choices") or [{}]
                 text = choices[0].get("text") or ""
                 if text:
@@ -183,6 +203,43 @@ async def stream_completion(
     except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
         out.error = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def _native_chunk(out: RequestResult, data: dict[str, Any], st: float, most_recent: float) -> float:
+    """One chunk of /generate's stream into `out`; returns the time of the latest chunk with text.
+
+    As bench_serving reads it: `text` is the whole output so far and `meta_info.completion_tokens`
+    the tokens so far; a chunk carrying k new tokens adds k gaps of (its gap / k) to the ITL.
+    `output_ids` (tokenizer_manager.py, 0.5.9 and 0.5.23) are the whole list so far by default,
+    the new ones only with --stream-output (0.5.9) or incremental streaming (0.5.23): a list as
+    long as completion_tokens is the whole list, a shorter one is appended. Text is appended, not
+    replaced, only where the ids were new ones and the text does not continue what came before
+    (0.5.23's incremental mode; 0.5.9's --stream-output still sends the whole text)."""
+    if "error" in data and not data.get("text"):
+        raise ValueError(f"the server's stream reported an error: {str(data['error'])[:200]}")
+    meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+    count = meta.get("completion_tokens")
+    ids = data.get("output_ids")
+    whole = True
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        whole = not isinstance(count, int) or len(ids) >= count
+        out.tokens = list(ids) if whole else (out.tokens or []) + list(ids)
+    text = data.get("text")
+    if not isinstance(text, str) or not text:
+        return most_recent
+    now = time.perf_counter()
+    out.text = text if whole or text.startswith(out.text) else out.text + text
+    before = out.output_len if out.ttft else 0
+    if isinstance(count, int):
+        out.output_len = count
+    if out.ttft == 0.0:
+        out.ttft = now - st
+    else:
+        new = out.output_len - before
+        if new <= 0:  # bench_serving skips such a chunk's timing, not its text
+            return most_recent
+        out.itl.extend([(now - most_recent) / new] * new)
+    return now
 
 
 def chunk_tokens(choice: Any) -> list[str | int] | None:
@@ -227,8 +284,9 @@ async def _run(
     timeout: float,
     deadline: float,
     logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> Load:
-    url = base_url.rstrip("/") + COMPLETIONS
+    url = base_url.rstrip("/") + BACKENDS[backend]
     gate = asyncio.Semaphore(concurrency)
     order = [prompts[i % len(prompts)] for i in range(requests)]
     async with client(concurrency, timeout) as http:
@@ -240,7 +298,7 @@ async def _run(
                 if until is not None and time.perf_counter() >= until:
                     return RequestResult(p.id, error="the load ran past its deadline (--load-timeout)")
                 return await stream_completion(
-                    http, url, model, p, out_len, idle=timeout, until=until, logprobs=logprobs
+                    http, url, model, p, out_len, idle=timeout, until=until, logprobs=logprobs, backend=backend
                 )
 
         tasks = [asyncio.ensure_future(one(p)) for p in order]
@@ -273,10 +331,13 @@ def run_load(
     timeout: float = REQUEST_TIMEOUT,
     deadline: float = LOAD_TIMEOUT,
     logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> Load:
     """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight,
-    all of them done or cancelled within `deadline` seconds (0: no limit); `logprobs`: see payload."""
-    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline, logprobs))
+    all of them done or cancelled within `deadline` seconds (0: no limit); `logprobs`: see payload;
+    `backend`: "sglang-oai" (/v1/completions) or "sglang" (/generate, whose chunks carry the ids)."""
+    run = _run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline, logprobs, backend)
+    return asyncio.run(run)
 
 
 def ready(base_url: str, timeout: float = 10.0) -> str | None:

@@ -169,6 +169,45 @@ def test_with_logprobs_answers_are_compared_by_tokens(sm: Any, box: Box) -> None
     assert data["options"]["logprobs"] is True
 
 
+def test_the_native_backend_compares_by_output_ids(sm: Any, box: Box) -> None:
+    loose = ("--noise-floor", "0.5", "--min-effect", "0.6", "--backend", "sglang")
+    code, data, err = verify(sm, box, "fake-late", extra=loose)
+    (d,) = data["decisions"]
+    assert code == 0 and d["keep"], d["reasons"]
+    assert d["answers"]["by"] == "by tokens" and {x["at_token"] for x in d["answers"]["divergences"]} == {15}
+    runs = json.loads((box.out / "report.json").read_text())["runs"]
+    ids = runs["baseline"][0]["4"]["tokens"]
+    assert ids and all(len(t) == 20 and all(isinstance(i, int) for i in t) for t in ids.values())
+    assert data["options"]["backend"] == "sglang"
+
+
+@pytest.mark.parametrize("stream", ["whole", "ids-delta", "delta"])
+def test_generate_streams_read_alike_whatever_the_server_sends(box: Box, stream: str) -> None:
+    # SGLang's /generate sends the whole text and ids so far (the default), the new ids only
+    # (0.5.9 --stream-output), or both new only (0.5.23 incremental streaming): one answer each time
+    from sm120patch.verify import workload
+
+    server = subprocess.Popen(box.command("--native-stream", stream), stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(400):  # up to about 20 s on a loaded box
+            if workload.ready(box.url, timeout=1.0) is not None:
+                break
+            assert server.poll() is None, "the fake server exited"
+            time.sleep(0.05)
+        else:
+            pytest.fail("the fake server did not become ready")
+        prompts = workload.load_prompts()[:3]
+        oai = workload.run_load(box.url, "fake-model", prompts, 3, 3, 12, logprobs=True)
+        native = workload.run_load(box.url, "fake-model", prompts, 3, 3, 12, backend="sglang")
+    finally:
+        server.terminate()
+        server.wait(10)
+    for a, b in zip(oai.results, native.results, strict=True):
+        assert a.success and b.success, (a.error, b.error)
+        assert b.text == a.text and b.output_len == 12 and len(b.tokens or []) == 12
+        assert len(b.itl) == 11 and b.ttft > 0  # one gap per token after the first, as bench_serving counts
+
+
 def test_one_at_a_time_keeps_the_fast_and_drops_the_crashing(sm: Any, box: Box) -> None:
     code, data, err = verify(sm, box, "fake-fast", "fake-crash", extra=("--one-at-a-time",))
     assert code == 1, err
