@@ -167,6 +167,8 @@ def test_with_logprobs_answers_are_compared_by_tokens(sm: Any, box: Box) -> None
     base_tokens = runs["baseline"][0]["4"]["tokens"]
     assert base_tokens and all(len(t) == 20 for t in base_tokens.values())
     assert data["options"]["logprobs"] is True
+    md = (box.out / "report.md").read_text()
+    assert "agree 8/8 by tokens" in md and "first differs at token 15 (tokens agree 75%)" in md
 
 
 def test_the_native_backend_compares_by_output_ids(sm: Any, box: Box) -> None:
