@@ -318,3 +318,16 @@ def test_group_search_finds_the_culprits_by_halving() -> None:
     # the confirmation of the 7 kept: 1 + 2 x (1 + 4 + 1) = 13, where one at a time is 1 + 2 x 8 = 17
     assert groups.launches(8, set()) == 3 and groups.launches(8, {5}) == 13
     assert groups.one_at_a_time_launches(8) == 17 and groups.launches(8, set(), repeats=2) == 5
+
+
+def test_the_readme_exit_row_names_every_verdict_that_exits_1() -> None:
+    # verify exits 1 on any verdict but "kept" (cli/verify.py): each must be in the README's row for 1
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| 1 |"))
+    verify_part = row.split("`verify`:", 1)[1].split("`preflight`", 1)[0]
+    unjudged = decide.decide("r", ["r"], PROMPTS, [], [], {"outcome": "not built", "cause": "x"})
+    base = [run(100, GOOD), run(60, GOOD)]  # a scatter wider than --min-effect
+    unsure = decide.decide("r", ["r"], PROMPTS, base, [run(75, GOOD), run(90, GOOD)])
+    assert unjudged.verdict == "left as it was" and unsure.verdict.startswith("inconclusive")
+    for words in ("rolled back", "unjudged", "inconclusive", "baseline would not serve"):
+        assert words in verify_part, words
