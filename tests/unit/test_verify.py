@@ -520,3 +520,34 @@ def test_ctrl_c_during_the_search_leaves_the_tree_as_it_started(sm: Any, box: Bo
     assert "looking for the culprit(s) by splitting the set" in err
     assert snapshot(box.site) == started
     assert [p for p in box.pids() if not gone(p)] == [], err
+
+
+def test_apply_of_a_recipe_that_conflicts_with_an_applied_one_fails(sm: Any, box: Box) -> None:
+    # fake-fast and fake-slow change the same knob file: with one applied, the other cannot be
+    flags = ("--probe", "none", "--arch", "sm_120", "--no-diff")
+    code, out, err = sm("apply", box.site, "--recipe", "fake-fast", *flags)
+    assert code == 0, err
+    applied = snapshot(box.site)
+    code, out, err = sm("apply", box.site, "--recipe", "fake-slow", *flags)
+    assert code == 1, out + err
+    line = next(x for x in out.splitlines() if "fake-slow" in x)
+    assert line.split()[0] == "failed"
+    assert "conflicts with fake-fast, which changed sglang/srt/verify_knobs/delay.py" in line
+    assert "sm120patch rollback" in line and "--recipe fake-fast" in line
+    assert snapshot(box.site) == applied  # nothing of it written
+    # a recipe that fits no release is not a conflict, whatever else is applied
+    code, out, err = sm("apply", box.site, "--recipe", "fake-misfit", *flags)
+    assert code == 0 and "fake-misfit.diff does not apply to this release" in out
+    # both named in one run on the release's bytes: the first is written, the second fails
+    code, _, err = sm("rollback", box.site)
+    assert code == 0, err
+    code, out, err = sm("apply", box.site, "--recipe", "fake-fast", "--recipe", "fake-slow", *flags)
+    assert code == 1 and box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+    assert "conflicts with fake-fast" in next(x for x in out.splitlines() if "fake-slow" in x)
+    # not named: apply everything that fits; the one left out says why, and it is no failure
+    code, _, err = sm("rollback", box.site)
+    assert code == 0, err
+    code, out, err = sm("apply", box.site, *flags)
+    assert code == 0, out + err
+    line = next(x for x in out.splitlines() if "fake-slow" in x)
+    assert line.split()[0] == "not-applicable" and "conflicts with fake-fast" in line
