@@ -187,6 +187,10 @@ def run_verify(
     from sm120patch.verify.runner import BaselineFailed, Options, Runner
     from sm120patch.verify.tree import Tree
 
+    if workload.get("logprobs") and workload.get("backend") == "sglang":
+        raise UserError(
+            "--logprobs asks /v1/completions for the tokens; --backend sglang has them already: leave one out"
+        )
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--url: {url!r} is not an http(s) URL; e.g. http://127.0.0.1:30000")
     recipes = common.load_recipes(opts.recipe_dir)

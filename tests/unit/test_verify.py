@@ -410,6 +410,8 @@ def test_a_crash_of_verify_itself_puts_the_tree_back(sm: Any, box: Box, monkeypa
         (("--url", "ftp://x", "--", "true"), "is not an http(s) URL"),
         (("--", "true"), "nothing to verify; apply recipes first"),
         (("--concurrency", "0", "--", "true"), "0 is not in the range"),
+        (("--logprobs", "--backend", "sglang", "--", "true"), "--backend sglang has them already"),
+        (("--backend", "openai", "--", "true"), "'openai' is not one of"),
     ],
 )
 def test_bad_usage_is_one_line_and_changes_nothing(sm: Any, box: Box, args: tuple[str, ...], fragment: str) -> None:
