@@ -174,8 +174,9 @@ def _check_target(target: Path | None) -> None:
     type=click.FloatRange(min=0.05),
     default=None,
     metavar="SECONDS",
-    help="Once ready, send a known-answer greedy prompt this often; on a collapse or a changed answer, stop the "
-    "server, roll back the recipes marked changes_outputs (tactics first) and relaunch (docs/verify.md).",
+    help="Once ready, send the canary prompt (greedy) this often and compare each answer with the server's own "
+    "first valid one; on a collapse or a changed answer, stop the server, roll back the recipes marked "
+    "changes_outputs (tactics first) and relaunch (docs/verify.md).",
 )
 @click.option("--canary-url", default=None, help="Server base URL for --canary [default: from --ready-url].")
 @click.option("--canary-tokens", type=click.IntRange(1, 1 << 16), default=256, show_default=True, hidden=True)

@@ -107,6 +107,20 @@ class _ServerAfterDashes(click.Command):
     show_default=True,
     help="What an inconclusive candidate gets.",
 )
+@click.option(
+    "--logprobs",
+    is_flag=True,
+    help="Ask for each token (OpenAI logprobs: 0) and compare answers by tokens, not characters "
+    "(the server then computes one logprob a step, in both arms).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["sglang-oai", "sglang"]),
+    default="sglang-oai",
+    show_default=True,
+    help="The load, as bench_serving's --backend: sglang-oai (/v1/completions) or sglang (SGLang's native "
+    "/generate, whose output ids let answers be compared by tokens at no extra cost).",
+)
 @click.option("--url", default="http://127.0.0.1:30000", show_default=True, help="Where the command serves.")
 @click.option("--model", default=None, help="Model name for the API [default: the first of /v1/models].")
 @click.option(
@@ -173,6 +187,10 @@ def run_verify(
     from sm120patch.verify.runner import BaselineFailed, Options, Runner
     from sm120patch.verify.tree import Tree
 
+    if workload.get("logprobs") and workload.get("backend") == "sglang":
+        raise UserError(
+            "--logprobs asks /v1/completions for the tokens; --backend sglang has them already: leave one out"
+        )
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--url: {url!r} is not an http(s) URL; e.g. http://127.0.0.1:30000")
     recipes = common.load_recipes(opts.recipe_dir)

@@ -37,9 +37,18 @@ from sm120patch.catalogue.recipes import Recipe
 from sm120patch.engine import steps
 from sm120patch.engine.journal import Applied, Dependent, Journal
 from sm120patch.engine.pipstate import Retired, retire
-from sm120patch.errors import UserError
+from sm120patch.errors import JournalError, UserError
 from sm120patch.hints import rollback_command
-from sm120patch.planning.plan import APPLICABLE, APPLIED, EXCLUDED, REVERTED, RecipePlan, plan
+from sm120patch.planning.plan import (
+    APPLICABLE,
+    APPLIED,
+    EXCLUDED,
+    FAILED,
+    NOT_APPLICABLE,
+    REVERTED,
+    RecipePlan,
+    plan,
+)
 from sm120patch.planning.targets import Target
 from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
 from sm120patch.probes.environment.overlay import overlay
@@ -359,6 +368,7 @@ def apply_many(
                     _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone)
                 stale.update(gone.get(t.root, {}) if t.package == "sglang" else {})
                 plans, _, proofs = plan_target(t, recipes, run, journal, fi, choice, fi)
+                _name_conflicts(journal, t, plans, choice, run.archs)
                 if t.package == "flashinfer":
                     _relocate(proofs, _fi_of(t, run))
                 todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
@@ -381,6 +391,59 @@ def apply_many(
                         p.reason += f" [{r.state}: {r.why}]"
                 out += plans
     return out
+
+
+def _edit_files(t: Target, recipe: Recipe) -> set[str]:
+    """The files a recipe's edits would change, as the journal names them: a diff's `+++ b/`
+    paths, a transform's hinted files."""
+    out: set[str] = set()
+    for e in recipe.edits:
+        rels = list(e.files)
+        if e.diff_path is not None and e.diff_path.is_file():
+            lines = e.diff_path.read_text(errors="replace").splitlines()
+            rels += [x[6:].strip() for x in lines if x.startswith("+++ b/")]
+        out.update(t.rel(t.package_dir / r) for r in rels)
+    return out
+
+
+def _name_conflicts(
+    journal: Journal, t: Target, plans: Sequence[RecipePlan], choice: Choice, archs: Sequence[Arch]
+) -> None:
+    """A recipe whose edit does not fit the tree but fits the release's own bytes of a file
+    another recipe changed (applied before, or by this run) conflicts with that recipe, and says
+    so; named with --recipe it fails (exit 1): the user asked for it and nothing of it is
+    written. Unnamed, it stays not applicable. A recipe that fits neither is left as it was."""
+    holders: dict[str, str] = {}  # file -> the recipe that changes it
+    for a in journal.applied:
+        holders.update({f: a["id"] for f in a.get("files") or ()})
+    for p in plans:
+        if p.status == APPLICABLE and choice.wants(p.recipe.id):
+            holders.update({f: p.recipe.id for f in p.files})
+    for p in plans:
+        if p.status != NOT_APPLICABLE or not any(e.outcome == "missing" for e in p.edits):
+            continue
+        mine = {f: holders[f] for f in sorted(_edit_files(t, p.recipe)) if f in holders and holders[f] != p.recipe.id}
+        if not mine or not _fits_the_release(journal, t, p.recipe, archs):
+            continue
+        ids = sorted(set(mine.values()))
+        why = (
+            f"conflicts with {', '.join(ids)}, which changed {', '.join(mine)}: nothing of it was written; "
+            f"roll {'them' if len(ids) > 1 else 'it'} back first ({rollback_command(t.root, ids)}) to apply this one"
+        )
+        p.mark(FAILED if choice.only and p.recipe.id in choice.only else NOT_APPLICABLE, why)
+
+
+def _fits_the_release(journal: Journal, t: Target, recipe: Recipe, archs: Sequence[Arch]) -> bool:
+    """Whether the recipe's edits fit the files as the release had them (the journal's originals)."""
+
+    def read(path: Path) -> bytes:
+        return journal.original(t.rel(path))
+
+    try:
+        (alone,) = plan(t, [recipe], archs, read=read, allow_untested=True)
+    except (JournalError, OSError):  # an original the journal lost: no claim either way
+        return False
+    return alone.status != NOT_APPLICABLE
 
 
 def _take_back_dependents(

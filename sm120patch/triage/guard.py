@@ -340,7 +340,7 @@ def _watch(opts: GuardOptions, server: _Server, signals: _Signals, log: GuardLog
 
 def _start_canary(opts: GuardOptions, server: _Server, log: GuardLog) -> None:
     if opts.canary is not None:
-        log(f"canary: a known-answer greedy prompt every {opts.canary.interval:g}s")
+        log(f"canary: the canary prompt (greedy) every {opts.canary.interval:g}s, against the server's first answer")
         opts.canary.start(server.events)
 
 

@@ -20,7 +20,8 @@ square root of the runs) or the requests a load that would bring the noise under
 the user's policy decides (`--if-inconclusive keep|rollback`, default keep).
 
 Answers are compared between the first run of each arm at each concurrency: the same prompts
-at the same concurrency, so batching is alike.
+at the same concurrency, so batching is alike; by tokens where both runs carry them (`--logprobs`),
+by characters otherwise, and the summary line says which.
 """
 
 from __future__ import annotations
@@ -60,22 +61,34 @@ class Decision:
 
 def _answers(prompts: Sequence[Prompt], base: Sequence[Run], cand: Sequence[Run]) -> dict[str, Any]:
     agg: dict[str, Any] = {"compared": 0, "agree": 0, "exact": 0, "known": 0, "correct_base": 0, "correct_cand": 0}
-    agg.update(collapses=[], divergences=[])
+    agg.update(by_tokens=0, collapses=[], divergences=[])
     self_cmp = {"compared": 0, "agree": 0}
     for c in sorted(cand[0]):
-        one = answers.compare_sets(prompts, base[0][c]["outputs"], cand[0][c]["outputs"])
-        for k in ("compared", "agree", "exact", "known", "correct_base", "correct_cand"):
+        b, x = base[0][c], cand[0][c]
+        one = answers.compare_sets(prompts, b["outputs"], x["outputs"], b.get("tokens"), x.get("tokens"))
+        for k in ("compared", "agree", "exact", "known", "correct_base", "correct_cand", "by_tokens"):
             agg[k] += one[k]
         agg["collapses"] += [{**x, "concurrency": c} for x in one["collapses"]]
         agg["divergences"] += [{**x, "concurrency": c} for x in one["divergences"]]
         if len(base) > 1 and c in base[1]:
-            again = answers.compare_sets(prompts, base[0][c]["outputs"], base[1][c]["outputs"])
+            b2 = base[1][c]
+            again = answers.compare_sets(prompts, b["outputs"], b2["outputs"], b.get("tokens"), b2.get("tokens"))
             self_cmp["compared"] += again["compared"]
             self_cmp["agree"] += again["agree"]
+    agg["by"] = _by(agg["by_tokens"], agg["compared"])
     agg["baseline_self"] = self_cmp if self_cmp["compared"] else None
     rate = self_cmp["agree"] / self_cmp["compared"] if self_cmp["compared"] else 1.0
     agg["required_rate"] = min(answers.AGREE_MIN, rate)
     return agg
+
+
+def _by(tokens: int, compared: int) -> str:
+    """How the answers were compared, in the words a report line uses."""
+    if compared and tokens == compared:
+        return "by tokens"
+    if tokens:
+        return f"by tokens for {tokens} of {compared}, characters for the rest"
+    return "by characters"
 
 
 def _pct(x: float) -> str:
@@ -134,7 +147,8 @@ def decide(
         reasons.append(f"answers agree {ans['agree']}/{ans['compared']}, below {ans['required_rate']:.0%}")
     speed = ", ".join(f"{_pct(v['delta'])} output tok/s at c={c}" for c, v in thr.items() if v["delta"] is not None)
     noise = max((v["noise"] for v in thr.values() if v["noise"] is not None), default=0.0)
-    figures = f"{speed} (noise +-{noise:.0%}), {len(cand)} repeat(s); answers agree {ans['agree']}/{ans['compared']}"
+    agree = f"answers agree {ans['agree']}/{ans['compared']} {ans['by']}"
+    figures = f"{speed} (noise +-{noise:.0%}), {len(cand)} repeat(s); {agree}"
     keep = not reasons
     summary = figures if keep else "; ".join(reasons)
     unsure = _inconclusive(thr, cand, min_effect, noise_floor) if keep else None

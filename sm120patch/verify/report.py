@@ -106,11 +106,15 @@ def markdown(result: dict[str, Any]) -> str:
         if not a:
             continue
         md.append(
-            f"- {d['name']}: agree {a['agree']}/{a['compared']} (exact {a['exact']}), known answers "
-            f"{a['correct_cand']}/{a['known']} (baseline {a['correct_base']}), collapses {len(a['collapses'])}"
+            f"- {d['name']}: agree {a['agree']}/{a['compared']} {a.get('by', 'by characters')} (exact {a['exact']}), "
+            f"known answers {a['correct_cand']}/{a['known']} (baseline {a['correct_base']}), "
+            f"collapses {len(a['collapses'])}"
         )
         for x in a["divergences"][:10]:
-            md.append(f"  - {x['prompt']} at c={x['concurrency']}: first differs at character {x['at_char']}")
+            where = f"character {x['at_char']}"
+            if x.get("at_token") is not None:
+                where = f"token {x['at_token']} (tokens agree {x['token_agreement']:.0%}), {where}"
+            md.append(f"  - {x['prompt']} at c={x['concurrency']}: first differs at {where}")
     fails = [x for x in result["launches"] if x["outcome"] != "ready"]
     if fails:
         md += ["", "## Launches that did not serve", ""]

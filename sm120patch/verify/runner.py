@@ -61,6 +61,8 @@ class Options:
     noise_floor: float = schedule.NOISE_FLOOR
     min_effect: float = decide_mod.MIN_EFFECT
     if_inconclusive: str = "keep"  # keep | rollback
+    logprobs: bool = False  # ask for the tokens (OpenAI logprobs) and compare answers by them
+    backend: str = "sglang-oai"  # bench_serving's name: sglang-oai (/v1/completions) | sglang (/generate)
     model: str | None = None
     out_dir: Path = Path("sm120patch-verify")
 
@@ -434,19 +436,42 @@ class Runner:
         warm = len(self.prompts) if opts.warmup is None else opts.warmup
         if warm:
             c = min(8, max(opts.concurrencies))
-            workload.run_load(opts.base_url, model, self.prompts, c, warm, 16, opts.request_timeout, opts.load_timeout)
+            workload.run_load(
+                opts.base_url,
+                model,
+                self.prompts,
+                c,
+                warm,
+                16,
+                opts.request_timeout,
+                opts.load_timeout,
+                opts.logprobs,
+                opts.backend,
+            )
         out: dict[int, dict[str, Any]] = {}
         for c in opts.concurrencies:
             n = opts.requests or max(c, len(self.prompts))
             load = workload.run_load(
-                opts.base_url, model, self.prompts, c, n, opts.output_len, opts.request_timeout, opts.load_timeout
+                opts.base_url,
+                model,
+                self.prompts,
+                c,
+                n,
+                opts.output_len,
+                opts.request_timeout,
+                opts.load_timeout,
+                opts.logprobs,
+                opts.backend,
             )
             summary = metrics.summarize(load)
             texts: dict[str, str] = {}
+            tokens: dict[str, list[str | int]] = {}
             for r in load.results:
                 if r.success and r.prompt_id not in texts:
                     texts[r.prompt_id] = r.text
-            out[c] = {"summary": summary, "outputs": texts}
+                    if r.tokens is not None:
+                        tokens[r.prompt_id] = r.tokens
+            out[c] = {"summary": summary, "outputs": texts, "tokens": tokens}
             self.say(
                 f"{label}: c={c}: {summary['output_throughput']:.1f} output tok/s, "
                 f"TTFT median {summary['ttft_ms']['median']:.1f} ms, TPOT median {summary['tpot_ms']['median']:.2f} ms"
@@ -492,7 +517,7 @@ def _launch_dict(launch: Launch) -> dict[str, Any]:
 
 
 def _strip(run: decide_mod.Run) -> dict[str, Any]:
-    return {str(c): {"summary": v["summary"], "outputs": v["outputs"]} for c, v in run.items()}
+    return {str(c): {k: v[k] for k in ("summary", "outputs", "tokens") if k in v} for c, v in run.items()}
 
 
 def _safe(name: str) -> str:
@@ -514,4 +539,6 @@ def _options_dict(opts: Options) -> dict[str, Any]:
         "noise_floor": opts.noise_floor,
         "min_effect": opts.min_effect,
         "if_inconclusive": opts.if_inconclusive,
+        "logprobs": opts.logprobs,
+        "backend": opts.backend,
     }

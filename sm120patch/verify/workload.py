@@ -25,6 +25,8 @@ from typing import Any
 from sm120patch.errors import UserError
 
 COMPLETIONS = "/v1/completions"
+GENERATE = "/generate"  # SGLang's native endpoint (bench_serving --backend sglang)
+BACKENDS = {"sglang-oai": COMPLETIONS, "sglang": GENERATE}  # bench_serving's names for them
 MODELS = "/v1/models"
 HEALTH = "/health"
 # seconds without a line of data from the server before a request counts as failed (a stream that
@@ -58,6 +60,7 @@ class RequestResult:
     latency: float = 0.0  # the last line of the stream, from the request's start
     start_time: float = 0.0
     output_len: int = 0  # usage.completion_tokens, else max_tokens (bench_serving's fallback)
+    tokens: list[str | int] | None = None  # the answer's tokens, where the stream carried them
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,9 +94,14 @@ def load_prompts(path: Path | None = None) -> list[Prompt]:
     return out
 
 
-def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """bench_serving's sglang-oai payload, greedy; usage asked for so output_len is the server's count."""
+def payload(model: str, prompt: str, max_tokens: int, logprobs: bool = False) -> dict[str, Any]:
+    """bench_serving's sglang-oai payload, greedy; usage asked for so output_len is the server's count.
+    `logprobs`: also ask for the chosen token's logprob (`logprobs: 0`), so every chunk names its
+    tokens (`choices[0].logprobs.tokens`, serving_completions.py in SGLang 0.5.9) and answers can
+    be compared by tokens; SGLang then computes that logprob at every step, in both arms alike."""
+    extra = {"logprobs": 0} if logprobs else {}
     return {
+        **extra,
         "model": model,
         "prompt": prompt,
         "best_of": 1,
@@ -105,6 +113,17 @@ def payload(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
+def native_payload(prompt: str, max_tokens: int) -> dict[str, Any]:
+    """bench_serving's `--backend sglang` payload (async_request_sglang_generate, 0.5.9), greedy."""
+    return {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens, "ignore_eos": True},
+        "stream": True,
+        "return_logprob": False,
+        "logprob_start_len": -1,
+    }
+
+
 async def stream_completion(
     client: Any,
     url: str,
@@ -113,8 +132,11 @@ async def stream_completion(
     max_tokens: int,
     idle: float | None = None,
     until: float | None = None,
+    logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> RequestResult:
-    """One streamed completion, timed as bench_serving's async_request_openai_completions times it.
+    """One streamed completion, timed as bench_serving's async_request_openai_completions times it
+    (`backend` "sglang": SGLang's native /generate, as async_request_sglang_generate times it).
     `idle`: seconds without a data line (blank lines and `:` comments do not count) before it fails;
     `until`: the perf_counter() time by which it fails anyway (the load's deadline). Both are checked
     here, line by line, not left to a cancellation from outside (wait_for can lose one on 3.11)."""
@@ -122,8 +144,10 @@ async def stream_completion(
     st = time.perf_counter()
     out.start_time = most_recent = st
     latency = 0.0
+    native = backend == "sglang"
+    body = native_payload(prompt.text, max_tokens) if native else payload(model, prompt.text, max_tokens, logprobs)
     try:
-        async with client.stream("POST", url, json=payload(model, prompt.text, max_tokens)) as resp:
+        async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
                 body = (await resp.aread()).decode("utf-8", "replace")
                 out.error = f"HTTP {resp.status_code}: {body[:300]}"
@@ -157,6 +181,9 @@ async def stream_completion(
                 data = json.loads(chunk)
                 if not isinstance(data, dict):
                     raise ValueError(f"a stream chunk that is not a JSON object: {chunk[:80]!r}")
+                if native:
+                    most_recent = _native_chunk(out, data, st, most_recent)
+                    continue
                 choices = data.get("choices") or [{}]
                 text = choices[0].get("text") or ""
                 if text:
@@ -167,12 +194,61 @@ async def stream_completion(
                         out.itl.append(now - most_recent)
                     most_recent = now
                     out.text += text
+                toks = chunk_tokens(choices[0])
+                if toks is not None:
+                    out.tokens = (out.tokens or []) + toks
                 usage = data.get("usage") or {}
                 out.output_len = int(usage.get("completion_tokens", out.output_len))
         out.success, out.latency = True, latency
     except Exception as e:  # a refused connection, a reset, bad JSON: the request failed, the run goes on
         out.error = f"{type(e).__name__}: {e}"[:300]
     return out
+
+
+def _native_chunk(out: RequestResult, data: dict[str, Any], st: float, most_recent: float) -> float:
+    """One chunk of /generate's stream into `out`; returns the time of the latest chunk with text.
+
+    As bench_serving reads it: `text` is the whole output so far and `meta_info.completion_tokens`
+    the tokens so far; a chunk carrying k new tokens adds k gaps of (its gap / k) to the ITL.
+    `output_ids` (tokenizer_manager.py, 0.5.9 and 0.5.23) are the whole list so far by default,
+    the new ones only with --stream-output (0.5.9) or incremental streaming (0.5.23): a list as
+    long as completion_tokens is the whole list, a shorter one is appended. Text is appended, not
+    replaced, only where the ids were new ones and the text does not continue what came before
+    (0.5.23's incremental mode; 0.5.9's --stream-output still sends the whole text)."""
+    if "error" in data and not data.get("text"):
+        raise ValueError(f"the server's stream reported an error: {str(data['error'])[:200]}")
+    meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+    count = meta.get("completion_tokens")
+    ids = data.get("output_ids")
+    whole = True
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        whole = not isinstance(count, int) or len(ids) >= count
+        out.tokens = list(ids) if whole else (out.tokens or []) + list(ids)
+    text = data.get("text")
+    if not isinstance(text, str) or not text:
+        return most_recent
+    now = time.perf_counter()
+    out.text = text if whole or text.startswith(out.text) else out.text + text
+    before = out.output_len if out.ttft else 0
+    if isinstance(count, int):
+        out.output_len = count
+    if out.ttft == 0.0:
+        out.ttft = now - st
+    else:
+        new = out.output_len - before
+        if new <= 0:  # bench_serving skips such a chunk's timing, not its text
+            return most_recent
+        out.itl.extend([(now - most_recent) / new] * new)
+    return now
+
+
+def chunk_tokens(choice: Any) -> list[str | int] | None:
+    """The tokens one streamed choice names (`logprobs.tokens`, OpenAI completions), or None."""
+    lp = choice.get("logprobs") if isinstance(choice, dict) else None
+    toks = lp.get("tokens") if isinstance(lp, dict) else None
+    if isinstance(toks, list) and all(isinstance(t, str | int) for t in toks):
+        return list(toks)
+    return None
 
 
 def _late(idle_left: float | None, idle: float | None, until: float | None) -> str:
@@ -207,8 +283,10 @@ async def _run(
     out_len: int,
     timeout: float,
     deadline: float,
+    logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> Load:
-    url = base_url.rstrip("/") + COMPLETIONS
+    url = base_url.rstrip("/") + BACKENDS[backend]
     gate = asyncio.Semaphore(concurrency)
     order = [prompts[i % len(prompts)] for i in range(requests)]
     async with client(concurrency, timeout) as http:
@@ -219,7 +297,9 @@ async def _run(
             async with gate:
                 if until is not None and time.perf_counter() >= until:
                     return RequestResult(p.id, error="the load ran past its deadline (--load-timeout)")
-                return await stream_completion(http, url, model, p, out_len, idle=timeout, until=until)
+                return await stream_completion(
+                    http, url, model, p, out_len, idle=timeout, until=until, logprobs=logprobs, backend=backend
+                )
 
         tasks = [asyncio.ensure_future(one(p)) for p in order]
         # the requests end themselves at the deadline; what is still stuck after that (a connect,
@@ -250,10 +330,14 @@ def run_load(
     output_len: int,
     timeout: float = REQUEST_TIMEOUT,
     deadline: float = LOAD_TIMEOUT,
+    logprobs: bool = False,
+    backend: str = "sglang-oai",
 ) -> Load:
     """`requests` streamed requests (the prompt set, cycled) with at most `concurrency` in flight,
-    all of them done or cancelled within `deadline` seconds (0: no limit)."""
-    return asyncio.run(_run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline))
+    all of them done or cancelled within `deadline` seconds (0: no limit); `logprobs`: see payload;
+    `backend`: "sglang-oai" (/v1/completions) or "sglang" (/generate, whose chunks carry the ids)."""
+    run = _run(base_url, model, prompts, concurrency, requests, output_len, timeout, deadline, logprobs, backend)
+    return asyncio.run(run)
 
 
 def ready(base_url: str, timeout: float = 10.0) -> str | None:

@@ -19,7 +19,10 @@ at start. Test recipes rewrite those files.
 Answers: "Compute A + B" / "Compute A times B" get the right number, "Count from 1 to N" the count,
 everything else words picked from a hash of the prompt: greedy decoding, so the same prompt gives
 the same text. Endpoints: GET /health, GET /v1/models, POST /v1/completions (SSE, like SGLang:
-`data: {json}` lines, a final usage chunk, `data: [DONE]`). Binds 127.0.0.1 only. With --state,
+`data: {json}` lines, a final usage chunk, `data: [DONE]`; with `logprobs` in the request, each
+chunk's choice carries `logprobs.tokens`, its token); POST /generate (SGLang's native endpoint:
+`text`, `output_ids` and `meta_info.completion_tokens` per chunk, whole so far, or new only with
+`--native-stream ids-delta|delta`). Binds 127.0.0.1 only. With --state,
 appends one line per launch (`pid knobs`) to DIR/launches, and one per request to DIR/requests.
 `--knob-if delay=0.003:srt/x.py:REGEX` sets a knob from a real release's file instead (delay, mode).
 Flags for what no recipe causes: `--wire W` and `--mode M` override the knobs (the server itself is
@@ -98,6 +101,25 @@ def generate(prompt: str, n: int, mode: str) -> list[str]:
     return toks
 
 
+def token_id(tok: str) -> int:
+    """A stable id for a token's text (the fake has no vocabulary)."""
+    return int.from_bytes(hashlib.sha256(tok.encode()).digest()[:3], "big")
+
+
+def native_chunk(toks: list[str], i: int, stream: str) -> dict[str, object]:
+    """The i-th chunk of /generate's stream, as SGLang's tokenizer manager builds it: by default
+    the whole text and the whole output_ids so far; "ids-delta" (0.5.9 --stream-output) the new
+    ids only, the whole text; "delta" (0.5.23 incremental streaming) the new text and ids only."""
+    done = toks[: i + 1]
+    ids = [token_id(t) for t in done]
+    text = "".join(done)
+    if stream in ("ids-delta", "delta"):
+        ids = ids[-1:]
+    if stream == "delta":
+        text = done[-1]
+    return {"text": text, "output_ids": ids, "meta_info": {"id": "fake", "completion_tokens": i + 1}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -117,6 +139,7 @@ def main() -> None:
     ap.add_argument("--own-words", action="store_true", help="answer the count prompt in words")
     ap.add_argument("--serve-requests", type=int, default=0, help="exit 0 after this many completions")
     ap.add_argument("--spawn-daemon", action="store_true", help="start a setsid child that sleeps")
+    ap.add_argument("--native-stream", default="whole", choices=["whole", "ids-delta", "delta"], help="/generate")
     args = ap.parse_args()
     if args.slow_stop:
         signal.signal(signal.SIGTERM, lambda *_: (time.sleep(args.slow_stop), os._exit(143)))
@@ -174,11 +197,15 @@ def main() -> None:
                 self._json(404, {"error": "not found"})
 
         def do_POST(self) -> None:
-            if self.path != "/v1/completions":
+            native = self.path == "/generate"
+            if self.path != "/v1/completions" and not native:
                 self._json(404, {"error": "not found"})
                 return
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-            n = int(req.get("max_tokens", 16))
+            if native:  # SGLang's GenerateReqInput: text, sampling_params.max_new_tokens
+                sp = req.get("sampling_params", {})
+                req = {"prompt": req.get("text", ""), "max_tokens": sp.get("max_new_tokens")}
+            n = int(req.get("max_tokens") or 16)
             stall = bool(knob(pkg, "stall", False)) or wire == "stall"
             prompt = str(req.get("prompt", ""))
             with lock:
@@ -208,13 +235,19 @@ def main() -> None:
                 while i < len(toks) or wire == "endless":
                     tok = toks[i % len(toks)]
                     time.sleep(delay if not (stall and i == 1) else 60)
-                    chunk = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
+                    chunk: dict[str, object] = {"choices": [{"index": 0, "text": tok, "finish_reason": None}]}
+                    if native:
+                        chunk = native_chunk(toks, i, args.native_stream)
+                    elif req.get("logprobs") is not None:  # SGLang's to_openai_style_logprobs shape
+                        lp = {"tokens": [tok], "token_logprobs": [0.0], "top_logprobs": [], "text_offset": [-1]}
+                        chunk["choices"][0]["logprobs"] = lp
                     line = "{not json" if wire == "badjson" else json.dumps(chunk)
                     self.wfile.write(f"data: {line}\n\n".encode())
                     self.wfile.flush()
                     i += 1
                 usage = {"choices": [], "usage": {"completion_tokens": len(toks)}}
-                self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                last = "" if native else f"data: {json.dumps(usage)}\n\n"  # /generate: no usage chunk
+                self.wfile.write(f"{last}data: [DONE]\n\n".encode())
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass

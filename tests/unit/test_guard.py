@@ -305,6 +305,12 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert res.exit_code == 2
 
 
+def test_canary_help_names_its_reference() -> None:
+    # the canary compares with the server's own first valid answer, not with a fixed known answer
+    text = " ".join(CliRunner().invoke(SM120PATCH, ["guard", "--help"], terminal_width=200).output.split())
+    assert "compare each answer with the server's own first valid one" in text and "known-answer" not in text
+
+
 def test_exit_status_convention() -> None:
     assert exit_status(0) == 0 and exit_status(3) == 3 and exit_status(-15) == 143
 

@@ -151,7 +151,63 @@ def test_late_divergence_is_within_tolerance(sm: Any, box: Box) -> None:
     (d,) = data["decisions"]
     assert code == 0 and d["keep"], d["reasons"]
     assert d["answers"]["exact"] == 0 and d["answers"]["agree"] == d["answers"]["compared"]
+    assert d["answers"]["by"] == "by characters" and "by characters" in d["summary"]  # no tokens asked for
     assert box.changed() == {f"sglang/{knob_rel('mode')}": b'VALUE = "late"\n'}
+
+
+def test_with_logprobs_answers_are_compared_by_tokens(sm: Any, box: Box) -> None:
+    loose = ("--noise-floor", "0.5", "--min-effect", "0.6", "--logprobs")
+    code, data, err = verify(sm, box, "fake-late", extra=loose)
+    (d,) = data["decisions"]
+    assert code == 0 and d["keep"], d["reasons"]
+    assert d["answers"]["by"] == "by tokens" and "answers agree 8/8 by tokens" in d["summary"]
+    # the fake streams one token a chunk; "late" changes the last quarter of 20 tokens: from token 15 on
+    assert {x["at_token"] for x in d["answers"]["divergences"]} == {15}
+    runs = json.loads((box.out / "report.json").read_text())["runs"]
+    base_tokens = runs["baseline"][0]["4"]["tokens"]
+    assert base_tokens and all(len(t) == 20 for t in base_tokens.values())
+    assert data["options"]["logprobs"] is True
+    md = (box.out / "report.md").read_text()
+    assert "agree 8/8 by tokens" in md and "first differs at token 15 (tokens agree 75%)" in md
+
+
+def test_the_native_backend_compares_by_output_ids(sm: Any, box: Box) -> None:
+    loose = ("--noise-floor", "0.5", "--min-effect", "0.6", "--backend", "sglang")
+    code, data, err = verify(sm, box, "fake-late", extra=loose)
+    (d,) = data["decisions"]
+    assert code == 0 and d["keep"], d["reasons"]
+    assert d["answers"]["by"] == "by tokens" and {x["at_token"] for x in d["answers"]["divergences"]} == {15}
+    runs = json.loads((box.out / "report.json").read_text())["runs"]
+    ids = runs["baseline"][0]["4"]["tokens"]
+    assert ids and all(len(t) == 20 and all(isinstance(i, int) for i in t) for t in ids.values())
+    assert data["options"]["backend"] == "sglang"
+
+
+@pytest.mark.parametrize("stream", ["whole", "ids-delta", "delta"])
+def test_generate_streams_read_alike_whatever_the_server_sends(box: Box, stream: str) -> None:
+    # SGLang's /generate sends the whole text and ids so far (the default), the new ids only
+    # (0.5.9 --stream-output), or both new only (0.5.23 incremental streaming): one answer each time
+    from sm120patch.verify import workload
+
+    server = subprocess.Popen(box.command("--native-stream", stream), stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(400):  # up to about 20 s on a loaded box
+            if workload.ready(box.url, timeout=1.0) is not None:
+                break
+            assert server.poll() is None, "the fake server exited"
+            time.sleep(0.05)
+        else:
+            pytest.fail("the fake server did not become ready")
+        prompts = workload.load_prompts()[:3]
+        oai = workload.run_load(box.url, "fake-model", prompts, 3, 3, 12, logprobs=True)
+        native = workload.run_load(box.url, "fake-model", prompts, 3, 3, 12, backend="sglang")
+    finally:
+        server.terminate()
+        server.wait(10)
+    for a, b in zip(oai.results, native.results, strict=True):
+        assert a.success and b.success, (a.error, b.error)
+        assert b.text == a.text and b.output_len == 12 and len(b.tokens or []) == 12
+        assert len(b.itl) == 11 and b.ttft > 0  # one gap per token after the first, as bench_serving counts
 
 
 def test_one_at_a_time_keeps_the_fast_and_drops_the_crashing(sm: Any, box: Box) -> None:
@@ -354,6 +410,8 @@ def test_a_crash_of_verify_itself_puts_the_tree_back(sm: Any, box: Box, monkeypa
         (("--url", "ftp://x", "--", "true"), "is not an http(s) URL"),
         (("--", "true"), "nothing to verify; apply recipes first"),
         (("--concurrency", "0", "--", "true"), "0 is not in the range"),
+        (("--logprobs", "--backend", "sglang", "--", "true"), "--backend sglang has them already"),
+        (("--backend", "openai", "--", "true"), "'openai' is not one of"),
     ],
 )
 def test_bad_usage_is_one_line_and_changes_nothing(sm: Any, box: Box, args: tuple[str, ...], fragment: str) -> None:
@@ -464,3 +522,34 @@ def test_ctrl_c_during_the_search_leaves_the_tree_as_it_started(sm: Any, box: Bo
     assert "looking for the culprit(s) by splitting the set" in err
     assert snapshot(box.site) == started
     assert [p for p in box.pids() if not gone(p)] == [], err
+
+
+def test_apply_of_a_recipe_that_conflicts_with_an_applied_one_fails(sm: Any, box: Box) -> None:
+    # fake-fast and fake-slow change the same knob file: with one applied, the other cannot be
+    flags = ("--probe", "none", "--arch", "sm_120", "--no-diff")
+    code, out, err = sm("apply", box.site, "--recipe", "fake-fast", *flags)
+    assert code == 0, err
+    applied = snapshot(box.site)
+    code, out, err = sm("apply", box.site, "--recipe", "fake-slow", *flags)
+    assert code == 1, out + err
+    line = next(x for x in out.splitlines() if "fake-slow" in x)
+    assert line.split()[0] == "failed"
+    assert "conflicts with fake-fast, which changed sglang/srt/verify_knobs/delay.py" in line
+    assert "sm120patch rollback" in line and "--recipe fake-fast" in line
+    assert snapshot(box.site) == applied  # nothing of it written
+    # a recipe that fits no release is not a conflict, whatever else is applied
+    code, out, err = sm("apply", box.site, "--recipe", "fake-misfit", *flags)
+    assert code == 0 and "fake-misfit.diff does not apply to this release" in out
+    # both named in one run on the release's bytes: the first is written, the second fails
+    code, _, err = sm("rollback", box.site)
+    assert code == 0, err
+    code, out, err = sm("apply", box.site, "--recipe", "fake-fast", "--recipe", "fake-slow", *flags)
+    assert code == 1 and box.changed() == {f"sglang/{knob_rel('delay')}": b"VALUE = 0.003\n"}
+    assert "conflicts with fake-fast" in next(x for x in out.splitlines() if "fake-slow" in x)
+    # not named: apply everything that fits; the one left out says why, and it is no failure
+    code, _, err = sm("rollback", box.site)
+    assert code == 0, err
+    code, out, err = sm("apply", box.site, *flags)
+    assert code == 0, out + err
+    line = next(x for x in out.splitlines() if "fake-slow" in x)
+    assert line.split()[0] == "not-applicable" and "conflicts with fake-fast" in line

@@ -60,12 +60,53 @@ def test_late_divergence_agrees_early_or_collapsed_does_not() -> None:
     early = base[:20] + " something else entirely happened to the lighthouse and its keepers."
     assert answers.compare(base, base) == {
         "exact": True, "prefix_chars": len(base), "prefix_fraction": 1.0, "first_divergence": None,
-        "collapse": None, "agree": True,
+        "collapse": None, "agree": True, "by": "characters",
     }  # fmt: skip
     assert answers.compare(base, late)["agree"] and answers.compare(base, late)["first_divergence"] == 60
     assert not answers.compare(base, early)["agree"]
     collapsed = answers.compare(base, base[:70] + "!" * 30)  # late, but a collapse: #4841
     assert not collapsed["agree"] and collapsed["collapse"]
+
+
+def test_tokens_decide_where_both_runs_carry_them() -> None:
+    # one long token, then two short ones: by characters the candidate keeps 100 of 102 (late, agrees);
+    # greedy decoding parted at the second of three tokens (early, disagrees)
+    base, cand = ["x" * 100, "y", "z"], ["x" * 100, "q", "r"]
+    by_chars = answers.compare("".join(base), "".join(cand))
+    assert by_chars["by"] == "characters" and by_chars["agree"] and by_chars["first_divergence"] == 100
+    by_toks = answers.compare("".join(base), "".join(cand), base, cand)
+    assert by_toks["by"] == "tokens" and not by_toks["agree"]
+    assert by_toks["first_divergent_token"] == 1 and by_toks["token_agreement"] == pytest.approx(1 / 3)
+    same = answers.compare("ab", "ab", [1, 2], [1, 2])
+    assert same["exact"] and same["first_divergent_token"] is None and same["token_agreement"] == 1.0
+    # a prompt whose tokens only one run carries is compared by characters; the set says "mixed"
+    texts = {"count": COUNT, "poem": GOOD["poem"]}
+    toks = {"count": [COUNT], "poem": [GOOD["poem"]]}
+    assert answers.compare_sets(PROMPTS, texts, texts, toks, toks)["by"] == "tokens"
+    mixed = answers.compare_sets(PROMPTS, texts, texts, toks, {"count": [COUNT]})
+    assert mixed["by"] == "mixed" and mixed["by_tokens"] == 1
+    assert answers.compare_sets(PROMPTS, texts, texts)["by"] == "characters"
+
+
+def test_the_summary_says_how_answers_were_compared() -> None:
+    toks = {"count": [COUNT], "poem": [GOOD["poem"]]}
+    by_toks = {8: {**run(100, GOOD)[8], "tokens": toks}}
+    d = decide.decide("r", ["r"], PROMPTS, [by_toks], [by_toks])
+    assert d.answers["by"] == "by tokens" and "answers agree 2/2 by tokens" in d.summary
+    d = decide.decide("r", ["r"], PROMPTS, [run(100, GOOD)], [run(100, GOOD)])
+    assert d.answers["by"] == "by characters" and "answers agree 2/2 by characters" in d.summary
+    half = {8: {**run(100, GOOD)[8], "tokens": {"count": [COUNT]}}}
+    d = decide.decide("r", ["r"], PROMPTS, [half], [half])
+    assert d.answers["by"] == "by tokens for 1 of 2, characters for the rest"
+
+
+def test_a_streamed_chunk_names_its_tokens_only_when_it_carries_them() -> None:
+    from sm120patch.verify.workload import chunk_tokens, payload
+
+    assert chunk_tokens({"text": " 42", "logprobs": {"tokens": [" 4", "2"], "token_logprobs": [0, 0]}}) == [" 4", "2"]
+    assert chunk_tokens({"text": " 42"}) is None and chunk_tokens({"text": "", "logprobs": None}) is None
+    assert chunk_tokens({"logprobs": {"tokens": "not a list"}}) is None
+    assert payload("m", "p", 4, logprobs=True)["logprobs"] == 0 and "logprobs" not in payload("m", "p", 4)
 
 
 def test_a_collapse_the_baseline_shows_too_is_not_new() -> None:
@@ -277,3 +318,16 @@ def test_group_search_finds_the_culprits_by_halving() -> None:
     # the confirmation of the 7 kept: 1 + 2 x (1 + 4 + 1) = 13, where one at a time is 1 + 2 x 8 = 17
     assert groups.launches(8, set()) == 3 and groups.launches(8, {5}) == 13
     assert groups.one_at_a_time_launches(8) == 17 and groups.launches(8, set(), repeats=2) == 5
+
+
+def test_the_readme_exit_row_names_every_verdict_that_exits_1() -> None:
+    # verify exits 1 on any verdict but "kept" (cli/verify.py): each must be in the README's row for 1
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| 1 |"))
+    verify_part = row.split("`verify`:", 1)[1].split("`preflight`", 1)[0]
+    unjudged = decide.decide("r", ["r"], PROMPTS, [], [], {"outcome": "not built", "cause": "x"})
+    base = [run(100, GOOD), run(60, GOOD)]  # a scatter wider than --min-effect
+    unsure = decide.decide("r", ["r"], PROMPTS, base, [run(75, GOOD), run(90, GOOD)])
+    assert unjudged.verdict == "left as it was" and unsure.verdict.startswith("inconclusive")
+    for words in ("rolled back", "unjudged", "inconclusive", "baseline would not serve"):
+        assert words in verify_part, words
