@@ -9,6 +9,7 @@ rollback leaves the tree byte-identical (git status clean).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import subprocess
 from pathlib import Path
@@ -123,8 +124,8 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     runtime_files = [pkg.parent / f for f in plans[AR].edits[0].files] or [
         pkg.parent / p for p in plans[AR].files if "communicator" in p or "add_norm" in p
     ]
-    for f in runtime_files:
-        assert gates.chains_admit(f, RUNTIME_FNS, 12) == [False] * len(gates.chains_admit(f, RUNTIME_FNS, 12))
+    shut = [c for f in runtime_files for c in gates.chains_admit(f, RUNTIME_FNS, 12)]
+    assert shut and not any(shut), shut  # there is a gate, and it refuses major 12
 
     result = {p.recipe.id: p for p in engine.apply(target, recipes, sm120)}
     assert {k: p.status for k, p in result.items()} == {
@@ -202,10 +203,33 @@ def test_other_archs_are_not_applicable(arch: str, recipes) -> None:
     assert plans and all(p.status == NOT_APPLICABLE and arch in p.reason for p in plans)
 
 
-def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
-    """DGX Spark (SM121): SGLang's is_sm120_supported() is major 12, so the same edits serve it."""
-    tree = pristine_or_skip("sglang", "0.5.9")
+def _chains_on(path: Path, names: set[str], dev: gates.Device) -> list[bool]:
+    """Each arch `or` chain of the named functions, evaluated with the release's own predicates on `dev`."""
+    tree = ast.parse(path.read_bytes())
+    root = gates.package_root(path)
+    scope = gates.Scope(path, dev)
+    return [bool(scope.eval(c)) for fn in gates.functions(tree, names) for c in gates.arch_chains(fn, root, tree)]
+
+
+def test_sm121_the_allreduce_gate_opens_by_sglang_s_own_predicates(tmp_path: Path, recipes) -> None:
+    """DGX Spark (SM121, compute capability 12.1): the expectation comes from SGLang 0.5.9's own
+    predicates evaluated on a 12.1 device (tests/integration/gates.py), never from the sm_120 plan.
+    Before, every arch chain of the runtime check refuses 12.1; after applying the sm_121 plan, every
+    one admits 12.1 (and 9.0, 10.0, not 8.0), and the statuses are the release's (expected())."""
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "tree")
     (target,) = discover(tree)
-    a = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))}
-    b = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))}
-    assert a == b and {s for s, _ in a.values()} == {APPLICABLE, NOT_APPLICABLE}
+    sm121, spark = parse_arch("sm_121"), gates.Device(12, 1)
+    plans = {p.recipe.id: p for p in engine.make_plan(target, recipes, sm121)}
+    assert {k: p.status for k, p in plans.items()} == expected("0.5.9")
+    files = [tree / rel for rel in plans[AR].files if "communicator" in rel or "add_norm" in rel]
+    before = [c for f in files for c in _chains_on(f, RUNTIME_FNS, spark)]
+    assert before and not any(before)
+    result = {p.recipe.id: p for p in engine.apply(target, recipes, sm121)}
+    assert result[AR].status == APPLIED
+    for f in files:
+        after = _chains_on(f, RUNTIME_FNS, spark)
+        assert after and all(after), f
+        assert all(_chains_on(f, RUNTIME_FNS, gates.Device(9))) and all(_chains_on(f, RUNTIME_FNS, gates.Device(10)))
+        assert not any(_chains_on(f, RUNTIME_FNS, gates.Device(8)))
+    engine.rollback(target, recipes)
+    assert not any(c for f in files for c in _chains_on(f, RUNTIME_FNS, spark))
