@@ -39,7 +39,9 @@ def _n(v: str) -> int:
 
 
 def expected(version: str) -> dict[str, str]:
-    """Statuses observed on the real releases (see docs/compatibility.md)."""
+    """Statuses per release, written by hand; test_the_status_table_is_what_each_release_s_source_says
+    derives the autotune, MoE and GPT-OSS rows from each release's own source (docs/compatibility.md is
+    the planner's output, never this table's oracle)."""
     n = _n(version)
     return {
         AR: APPLICABLE,
@@ -97,6 +99,43 @@ def recipes():
     return load_recipes()
 
 
+def _files_with(root: Path, names: set[str], also: str = "") -> list[Path]:
+    """The release's modules that define one of `names` (and mention `also`)."""
+    out = []
+    for p in sorted((root / "sglang").rglob("*.py")):
+        text = p.read_text(encoding="utf-8", errors="replace")
+        if any(f"def {n}(" in text for n in names) and also in text and gates.functions(ast.parse(text), names):
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_the_status_table_is_what_each_release_s_source_says(version: str) -> None:
+    """The oracle for expected()'s rows: each pristine release read with the release's own predicates
+    (gates.py). Autotune: satisfied where the MoE backend list already holds flashinfer_cutlass, applicable
+    where the list is there without it (commented out is without), not-applicable where there is no such
+    list. MoE: satisfied where modelopt_fp4 on SM12x already picks flashinfer_cutlass. GPT-OSS: applicable
+    where the first MXFP4 test still admits SM12x into flashinfer_mxfp4."""
+    root = pristine_or_skip("sglang", version)
+    holds = []
+    for p in _files_with(root, AUTOTUNE_FNS):
+        try:
+            anchors = {"flashinfer_trtllm", "flashinfer_mxfp4"}
+            holds.append(gates.list_holds(p, AUTOTUNE_FNS, anchors, "flashinfer_cutlass"))
+        except AssertionError:  # the function is there, the list of MoE backends is not
+            continue
+    autotune = SATISFIED if True in holds else APPLICABLE if False in holds else NOT_APPLICABLE
+    picks = [gates.moe_rule_picks(p, MOE_FNS, 12, "modelopt_fp4") for p in _files_with(root, MOE_FNS, "modelopt_fp4")]
+    assert picks, "no MoE backend rule for modelopt_fp4 found"
+    moe = SATISFIED if "flashinfer_cutlass" in picks else APPLICABLE
+    mx = {"is_mxfp4_quant_format": True}
+    gpt_files = _files_with(root, GPT_FNS, "flashinfer_mxfp4")
+    first = [gates.if_tests_admit(p, GPT_FNS, "mxfp4", 12, **mx) for p in gpt_files]
+    gptoss = APPLICABLE if any(r and r[0] for r in first) else SATISFIED
+    table = expected(version)
+    assert {AT: autotune, MOE: moe, GPT: gptoss} == {AT: table[AT], MOE: table[MOE], GPT: table[GPT]}
+
+
 @pytest.mark.parametrize("version", SGLANG_RELEASES)
 def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     tree = fetch_or_skip("sglang", version, tmp_path / "tree")
@@ -137,16 +176,19 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
 
     # allreduce: every arch test in the runtime check (and resolver / auto-enable where
     # present) now holds for major 12, still for 9 and 10, and still not for 8
+    opened = 0
     for rel in plans[AR].files:
         path = tree / rel
         for fns in (RUNTIME_FNS, RESOLVER_FNS, AUTO_FNS):
             chains = gates.chains_admit(path, fns, 12)
+            opened += len(chains)
             if chains:
                 assert all(chains), f"{rel}: a gate still refuses major 12"
                 assert all(gates.chains_admit(path, fns, 9)) and all(gates.chains_admit(path, fns, 10))
                 assert not any(gates.chains_admit(path, fns, 8))
         if any(s in rel for s in ("communicator", "add_norm")):
             assert gates.module_binds(path, "_is_sm120_supported")
+    assert opened, "no arch chain of the allreduce gate found after apply: nothing was checked"
 
     # autotune: the MoE backend list now holds flashinfer_cutlass
     if expected(version)[AT] != NOT_APPLICABLE:
