@@ -3,12 +3,19 @@ and the one rule for what may skip.
 
 The rule (`unavailable`): in CI (`CI` set to 1/true/yes) a test that cannot get what it needs
 fails; elsewhere it skips with the reason. Only hardware a CI box never has (a GPU, an nvcc
-that builds for SM12x) is a plain skip, and that goes through `requires`, which says why.
+that builds for SM12x, root) is a plain skip, and that goes through `requires`, which says why.
+
+What CI promises is written down here, once: the tools in CI_TOOLS (.ci/run runs on a Debian/Ubuntu
+image with git and the build tools), a download from PyPI, pip building a venv. A test states such a
+need with a marker (`@pytest.mark.needs("patch")`, `@pytest.mark.network`) or `needs_tool()`, so it
+fails in CI where the tool is missing and skips elsewhere, naming the tool; tools/check_tests.py
+refuses a plain skip on one of these tools.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -41,6 +48,29 @@ def requires(ok: bool, why: str) -> None:
     """Skip, with the reason, when hardware or a toolchain CI may lack is not here (a GPU, nvcc)."""
     if not ok:
         pytest.skip(why)
+
+
+# tools every CI box has; a missing one is `unavailable` (fails in CI), never a silent skip
+CI_TOOLS = ("git", "patch", "setpriv", "c++", "nm")
+
+
+def needs_tool(name: str, why: str = "") -> str:
+    """The tool's path; where it is missing, `unavailable` (a CI promise) or, for a tool CI does
+    not promise, a skip: either way the reason names the tool and what needed it."""
+    path = shutil.which(name)
+    if path is None:
+        reason = f"{name} is not on PATH" + (f": {why}" if why else "")
+        if name in CI_TOOLS:
+            unavailable(reason)
+        pytest.skip(reason)
+    return path
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@pytest.mark.needs("patch", "git", why=...)`: each tool checked by `needs_tool` before the test."""
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            needs_tool(name, mark.kwargs.get("why", ""))
 
 
 def fetch_or_skip(package: str, version: str, dest: Path, layout: str = "wheel") -> Path:

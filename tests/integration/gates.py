@@ -328,8 +328,12 @@ def is_arch_predicate(node: ast.expr, root: Path, module_tree: ast.Module) -> bo
         if node.id in names:
             return True
         bound = _top_bindings(module_tree).get(node.id)
-        if isinstance(bound, ast.Assign):
-            return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(bound.value))
+        if isinstance(bound, ast.Assign):  # a flag built from a predicate or a platform fact (0.5.2x)
+            return any(
+                (isinstance(n, ast.Name) and n.id in names)
+                or (isinstance(n, ast.Attribute) and is_arch_predicate(n, root, module_tree))
+                for n in ast.walk(bound.value)
+            )
     return False
 
 

@@ -220,12 +220,22 @@ def test_other_archs_are_not_applicable(arch: str, recipes) -> None:
     assert p.status == NOT_APPLICABLE and arch in p.reason and not p.changes
 
 
-def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
-    """DGX Spark (SM121): the same backport; FlashInfer builds it as compute_121a."""
-    (target,) = discover(pristine_or_skip("flashinfer", "0.6.1"), "flashinfer")
-    a = [(p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))]
-    b = [(p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))]
-    assert a == b and a[0][0] == APPLICABLE
+def test_sm121_patched_says_what_the_fixed_release_says_and_admits_major_12(tmp_path: Path, recipes, oracle) -> None:
+    """DGX Spark (SM121, compute capability 12.1). FlashInfer's own rule decides: the JIT module builds
+    for a GPU whose major is in `supported_major_versions`. Before, 0.6.1 passes [9, 10] (no 12.1);
+    after applying the sm_121 plan, the patched release passes a list holding 12 and, in every place the
+    fix touches, says what 0.6.17 says (read from 0.6.17, never from the sm_120 plan)."""
+    tree = fetch_or_skip("flashinfer", "0.6.1", tmp_path / "tree")
+    (target,) = discover(tree, "flashinfer")
+    sm121 = parse_arch("sm_121")
+    assert 12 not in majors(tree)
+    (p,) = engine.make_plan(target, recipes, sm121)
+    assert p.status == APPLICABLE, p.reason
+    (done,) = engine.apply(target, recipes, sm121)
+    assert done.status == APPLIED and done.files == sorted(FIX_FILES), done.reason
+    assert 12 in majors(tree) and facts(tree) == oracle
+    engine.rollback(target, recipes)
+    assert 12 not in majors(tree)
 
 
 def test_plan_names_a_cached_build_that_would_shadow_the_patch(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import unavailable
+from tests.conftest import needs_tool, requires, unavailable
 from tools import releases
 
 pytestmark = pytest.mark.releases
@@ -405,8 +405,8 @@ def test_a_reader_who_may_not_write_can_plan_and_the_overlay_is_removable(venv: 
     from tests.reliability.conftest import as_user
     from tests.reliability.conftest import cli as run_as
 
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root with setpriv to run as another user")
+    requires(os.geteuid() == 0, "needs root to run as another user (a root-owned site)")
+    needs_tool("setpriv", "runs the planner as nobody")
     # not under pytest's tmp: each pytest session resets /tmp/pytest-of-root to 0700, so another
     # user's access there races with every other test run on the machine
     shared = Path(tempfile.mkdtemp(prefix="sm120patch-nobody-"))

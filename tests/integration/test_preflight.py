@@ -65,7 +65,7 @@ def test_preflight_with_new_flashinfer_blocks_nothing(tmp_path: Path) -> None:
 def test_preflight_with_a_flashinfer_tree_beside_names_the_backport_that_apply_would_write(tmp_path: Path) -> None:
     """SGLang 0.5.9 and the FlashInfer it pins (0.6.3) as two trees, FlashInfer given by --flashinfer:
     the allreduce gate is blocked on that FlashInfer, and the advice is the pair's apply command.
-    Its oracle is apply itself: the command preflight prints, run, opens the gate."""
+    The command preflight prints, run, opens the gate: FlashInfer's majors and SGLang's predicates say so."""
     import shlex
 
     tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "sg")
@@ -89,3 +89,13 @@ def test_preflight_with_a_flashinfer_tree_beside_names_the_backport_that_apply_w
     statuses = {x["id"]: x["status"] for x in json.loads(done.stdout)["recipes"]}
     assert statuses["flashinfer-trtllm-comm-sm120"] == "applied"
     assert statuses["sglang-allreduce-fusion-sm120"] == "applied", done.stderr
+    # and the gate is open by the releases' own code, not by apply's word: FlashInfer's JIT now builds
+    # trtllm_comm for major 12 (its supported_major_versions, read with ast), and every arch chain of
+    # SGLang's runtime check admits major 12 with SGLang's own predicates (gates.py)
+    from tests.integration import gates
+    from tests.integration.test_flashinfer_releases import majors
+    from tests.integration.test_sglang_releases import RUNTIME_FNS
+
+    assert 12 in majors(fi)
+    chains = [c for f in sorted(tree.rglob("communicator.py")) for c in gates.chains_admit(f, RUNTIME_FNS, 12)]
+    assert chains and all(chains)

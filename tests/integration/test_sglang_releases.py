@@ -9,6 +9,7 @@ rollback leaves the tree byte-identical (git status clean).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import subprocess
 from pathlib import Path
@@ -38,7 +39,9 @@ def _n(v: str) -> int:
 
 
 def expected(version: str) -> dict[str, str]:
-    """Statuses observed on the real releases (see docs/compatibility.md)."""
+    """Statuses per release, written by hand; test_the_status_table_is_what_each_release_s_source_says
+    derives the autotune, MoE and GPT-OSS rows from each release's own source (docs/compatibility.md is
+    the planner's output, never this table's oracle)."""
     n = _n(version)
     return {
         AR: APPLICABLE,
@@ -96,6 +99,43 @@ def recipes():
     return load_recipes()
 
 
+def _files_with(root: Path, names: set[str], also: str = "") -> list[Path]:
+    """The release's modules that define one of `names` (and mention `also`)."""
+    out = []
+    for p in sorted((root / "sglang").rglob("*.py")):
+        text = p.read_text(encoding="utf-8", errors="replace")
+        if any(f"def {n}(" in text for n in names) and also in text and gates.functions(ast.parse(text), names):
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("version", SGLANG_RELEASES)
+def test_the_status_table_is_what_each_release_s_source_says(version: str) -> None:
+    """The oracle for expected()'s rows: each pristine release read with the release's own predicates
+    (gates.py). Autotune: satisfied where the MoE backend list already holds flashinfer_cutlass, applicable
+    where the list is there without it (commented out is without), not-applicable where there is no such
+    list. MoE: satisfied where modelopt_fp4 on SM12x already picks flashinfer_cutlass. GPT-OSS: applicable
+    where the first MXFP4 test still admits SM12x into flashinfer_mxfp4."""
+    root = pristine_or_skip("sglang", version)
+    holds = []
+    for p in _files_with(root, AUTOTUNE_FNS):
+        try:
+            anchors = {"flashinfer_trtllm", "flashinfer_mxfp4"}
+            holds.append(gates.list_holds(p, AUTOTUNE_FNS, anchors, "flashinfer_cutlass"))
+        except AssertionError:  # the function is there, the list of MoE backends is not
+            continue
+    autotune = SATISFIED if True in holds else APPLICABLE if False in holds else NOT_APPLICABLE
+    picks = [gates.moe_rule_picks(p, MOE_FNS, 12, "modelopt_fp4") for p in _files_with(root, MOE_FNS, "modelopt_fp4")]
+    assert picks, "no MoE backend rule for modelopt_fp4 found"
+    moe = SATISFIED if "flashinfer_cutlass" in picks else APPLICABLE
+    mx = {"is_mxfp4_quant_format": True}
+    gpt_files = _files_with(root, GPT_FNS, "flashinfer_mxfp4")
+    first = [gates.if_tests_admit(p, GPT_FNS, "mxfp4", 12, **mx) for p in gpt_files]
+    gptoss = APPLICABLE if any(r and r[0] for r in first) else SATISFIED
+    table = expected(version)
+    assert {AT: autotune, MOE: moe, GPT: gptoss} == {AT: table[AT], MOE: table[MOE], GPT: table[GPT]}
+
+
 @pytest.mark.parametrize("version", SGLANG_RELEASES)
 def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     tree = fetch_or_skip("sglang", version, tmp_path / "tree")
@@ -123,8 +163,8 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
     runtime_files = [pkg.parent / f for f in plans[AR].edits[0].files] or [
         pkg.parent / p for p in plans[AR].files if "communicator" in p or "add_norm" in p
     ]
-    for f in runtime_files:
-        assert gates.chains_admit(f, RUNTIME_FNS, 12) == [False] * len(gates.chains_admit(f, RUNTIME_FNS, 12))
+    shut = [c for f in runtime_files for c in gates.chains_admit(f, RUNTIME_FNS, 12)]
+    assert shut and not any(shut), shut  # there is a gate, and it refuses major 12
 
     result = {p.recipe.id: p for p in engine.apply(target, recipes, sm120)}
     assert {k: p.status for k, p in result.items()} == {
@@ -136,16 +176,19 @@ def test_release_wheel_tree(version: str, tmp_path: Path, recipes) -> None:
 
     # allreduce: every arch test in the runtime check (and resolver / auto-enable where
     # present) now holds for major 12, still for 9 and 10, and still not for 8
+    opened = 0
     for rel in plans[AR].files:
         path = tree / rel
         for fns in (RUNTIME_FNS, RESOLVER_FNS, AUTO_FNS):
             chains = gates.chains_admit(path, fns, 12)
+            opened += len(chains)
             if chains:
                 assert all(chains), f"{rel}: a gate still refuses major 12"
                 assert all(gates.chains_admit(path, fns, 9)) and all(gates.chains_admit(path, fns, 10))
                 assert not any(gates.chains_admit(path, fns, 8))
         if any(s in rel for s in ("communicator", "add_norm")):
             assert gates.module_binds(path, "_is_sm120_supported")
+    assert opened, "no arch chain of the allreduce gate found after apply: nothing was checked"
 
     # autotune: the MoE backend list now holds flashinfer_cutlass
     if expected(version)[AT] != NOT_APPLICABLE:
@@ -202,10 +245,33 @@ def test_other_archs_are_not_applicable(arch: str, recipes) -> None:
     assert plans and all(p.status == NOT_APPLICABLE and arch in p.reason for p in plans)
 
 
-def test_sm121_gets_the_same_plan_as_sm120(recipes) -> None:
-    """DGX Spark (SM121): SGLang's is_sm120_supported() is major 12, so the same edits serve it."""
-    tree = pristine_or_skip("sglang", "0.5.9")
+def _chains_on(path: Path, names: set[str], dev: gates.Device) -> list[bool]:
+    """Each arch `or` chain of the named functions, evaluated with the release's own predicates on `dev`."""
+    tree = ast.parse(path.read_bytes())
+    root = gates.package_root(path)
+    scope = gates.Scope(path, dev)
+    return [bool(scope.eval(c)) for fn in gates.functions(tree, names) for c in gates.arch_chains(fn, root, tree)]
+
+
+def test_sm121_the_allreduce_gate_opens_by_sglang_s_own_predicates(tmp_path: Path, recipes) -> None:
+    """DGX Spark (SM121, compute capability 12.1): the expectation comes from SGLang 0.5.9's own
+    predicates evaluated on a 12.1 device (tests/integration/gates.py), never from the sm_120 plan.
+    Before, every arch chain of the runtime check refuses 12.1; after applying the sm_121 plan, every
+    one admits 12.1 (and 9.0, 10.0, not 8.0), and the statuses are the release's (expected())."""
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "tree")
     (target,) = discover(tree)
-    a = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_120"))}
-    b = {p.recipe.id: (p.status, p.diff()) for p in engine.make_plan(target, recipes, parse_arch("sm_121"))}
-    assert a == b and {s for s, _ in a.values()} == {APPLICABLE, NOT_APPLICABLE}
+    sm121, spark = parse_arch("sm_121"), gates.Device(12, 1)
+    plans = {p.recipe.id: p for p in engine.make_plan(target, recipes, sm121)}
+    assert {k: p.status for k, p in plans.items()} == expected("0.5.9")
+    files = [tree / rel for rel in plans[AR].files if "communicator" in rel or "add_norm" in rel]
+    before = [c for f in files for c in _chains_on(f, RUNTIME_FNS, spark)]
+    assert before and not any(before)
+    result = {p.recipe.id: p for p in engine.apply(target, recipes, sm121)}
+    assert result[AR].status == APPLIED
+    for f in files:
+        after = _chains_on(f, RUNTIME_FNS, spark)
+        assert after and all(after), f
+        assert all(_chains_on(f, RUNTIME_FNS, gates.Device(9))) and all(_chains_on(f, RUNTIME_FNS, gates.Device(10)))
+        assert not any(_chains_on(f, RUNTIME_FNS, gates.Device(8)))
+    engine.rollback(target, recipes)
+    assert not any(c for f in files for c in _chains_on(f, RUNTIME_FNS, spark))

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import pytest
 
 from sm120patch.engine.journal import DIRNAME
+from tests.conftest import needs_tool, unavailable
 from tools.releases import cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +88,16 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120, use
     if "Traceback" in r.stdout + r.stderr:
         count("tracebacks")
     return r
+
+
+def unprivileged_user() -> str:
+    """Who the permission tests run as: '' (themselves) when already unprivileged; under root,
+    `nobody` through setpriv (root ignores file modes). setpriv is a CI promise (util-linux):
+    missing, it fails in CI and skips elsewhere, saying so."""
+    if os.geteuid() != 0:
+        return ""
+    needs_tool("setpriv", "under root the permission checks run as nobody through setpriv")
+    return "nobody"
 
 
 def as_user(user: str) -> list[str]:
@@ -155,7 +166,7 @@ def unprivileged_runtime(user: str) -> Runtime:
         if r.returncode == 0 and r.stdout.strip() == want:
             _RUNTIMES[user] = Runtime(python, pythonpath, root)
             return _RUNTIMES[user]
-    pytest.fail(f"no Python {want} that {user} may run among {candidates}; install one under /usr/bin")
+    unavailable(f"no Python {want} that {user} may run among {candidates}; install one under /usr/bin")
 
 
 def assert_clean_failure(r: subprocess.CompletedProcess, *names: str) -> None:

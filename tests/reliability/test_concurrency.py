@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,8 +79,51 @@ def _rolled_back_clean(tree: Path, baseline: Baseline) -> None:
     assert baseline.diff(tree) == []
 
 
+def test_an_apply_while_another_is_writing_refuses(tmp_path: Path, baseline: Baseline, ids: set[str]) -> None:
+    """The refusal itself, made certain: the first apply is stopped (SIGSTOP) at its first write
+    step, under the lock; a second apply without --wait must refuse (exit 2, naming --wait) and
+    write nothing; the first, continued, finishes the job."""
+    for attempt in range(3):
+        tree = fetch_or_skip("sglang", VERSION, tmp_path / f"tree-{attempt}")
+        trace = tmp_path / f"trace-{attempt}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SM120PATCH_FAULT")}
+        first = subprocess.Popen(
+            [sys.executable, "-m", "sm120patch", "apply", str(tree), *APPLY],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "SM120PATCH_FAULT_TRACE": str(trace)},
+            start_new_session=True,
+        )
+        try:
+            while first.poll() is None and not (trace.exists() and trace.read_text()):
+                time.sleep(0.005)
+            os.kill(first.pid, signal.SIGSTOP)
+            if first.poll() is not None:  # it finished before it could be stopped: try a fresh tree
+                continue
+            stopped_at = trace.read_text()
+            r = cli("apply", str(tree), *APPLY)
+            os.kill(first.pid, signal.SIGCONT)
+            _, err = first.communicate(timeout=180)
+        finally:
+            kill_group(first)
+        count("concurrent_runs", 2)
+        assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+        assert r.stderr.startswith("sm120patch: error: ") and "another sm120patch run" in r.stderr, r.stderr
+        assert "--wait" in r.stderr and "Traceback" not in r.stderr
+        assert first.returncode == 0, err
+        assert stopped_at and _applied(tree) == ids
+        _rolled_back_clean(tree, baseline)
+        return
+    pytest.fail("the first apply finished three times before it could be stopped at its first write step")
+
+
 @pytest.mark.parametrize("round_", range(2))
-def test_two_applies_without_wait_one_refuses(round_: int, tmp_path: Path, baseline: Baseline, ids: set[str]) -> None:
+def test_two_applies_at_once_never_both_fail_and_end_whole(
+    round_: int, tmp_path: Path, baseline: Baseline, ids: set[str]
+) -> None:
+    """Started together, without --wait: whichever order they take, at most one refuses (exit 2,
+    naming --wait), and the tree ends wholly patched with a valid journal."""
     tree = fetch_or_skip("sglang", VERSION, tmp_path / "tree")
     (ra, ea), (rb, eb) = _both(["apply", str(tree), *APPLY], ["apply", str(tree), *APPLY])
     codes = sorted([ra, rb])

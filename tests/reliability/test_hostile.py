@@ -28,6 +28,7 @@ from tests.reliability.conftest import (
     count,
     fingerprint,
     make_fake,
+    unprivileged_user,
 )
 
 CATALOGUE = default_recipe_dir()
@@ -228,11 +229,7 @@ def test_file_changed_between_plan_and_write(fake: Path, monkeypatch: pytest.Mon
 
 
 def _as_nobody() -> str:
-    if os.geteuid() != 0:
-        return ""  # already unprivileged: run directly
-    if not shutil.which("setpriv"):
-        pytest.skip("root without setpriv: permission checks are not observable")
-    return "nobody"
+    return unprivileged_user()
 
 
 def _share(tmp_path: Path) -> Path:

@@ -12,6 +12,9 @@ random moment around the write phase.
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import json
 import os
 import random
@@ -34,6 +37,8 @@ pytestmark = pytest.mark.releases
 RELEASES = ["0.5.5", "0.5.9", "0.5.23"]
 RANDOM_APPLY = 6  # random-moment kills per release, during apply
 RANDOM_ROLLBACK = 8  # and during rollback
+MIN_MID_WRITE = 2  # of them landing inside a transaction (a pending journal), per release
+MAX_EXTRA = 16  # kills aimed inside the write phase when too few did
 WORKERS = 2
 KILLED = -9
 
@@ -158,7 +163,7 @@ def kill_rollback(ref: Ref, n: int, then: int | None) -> list[str]:
     return [f"rollback kill:{n} then {then}: {p}" for p in _finish(ref, tree, problems)]
 
 
-def kill_at_random(ref: Ref, what: str, delay: float, i: int) -> list[str]:
+def kill_at_random(ref: Ref, what: str, delay: float, i: int) -> tuple[list[str], bool]:
     if what == "apply":
         tree = fetch_or_skip("sglang", ref.version, ref.work / f"random-apply-{i}")
         args = ["apply", str(tree), *APPLY]
@@ -180,8 +185,20 @@ def kill_at_random(ref: Ref, what: str, delay: float, i: int) -> list[str]:
     count(f"random_kills_{what}")
     if proc.returncode == KILLED:
         count("random_kills_landed")
+    mid = _mid_write(tree)
+    if mid:
+        count("random_kills_mid_write")
     problems = _status_answers(tree)
-    return [f"random {what} kill after {delay:.3f}s: {p}" for p in _finish(ref, tree, problems)]
+    return [f"random {what} kill after {delay:.3f}s: {p}" for p in _finish(ref, tree, problems)], mid
+
+
+def _mid_write(tree: Path) -> bool:
+    """The kill landed inside a transaction: the journal on disk holds a `pending` one."""
+    try:
+        data = json.loads((tree / DIRNAME / "journal.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(data, dict) and data.get("pending"))
 
 
 def _run(jobs) -> list[str]:
@@ -225,11 +242,40 @@ def test_kill_at_random_moments(version: str, work: Path) -> None:
     for what, steps, n in (("apply", ref.apply_steps, RANDOM_APPLY), ("rollback", ref.rollback_steps, RANDOM_ROLLBACK)):
         lo, hi = max(0.0, steps[0] - 0.4), steps[-1] + 0.1
         jobs += [(kill_at_random, ref, what, rng.uniform(lo, hi), i) for i in range(n)]
-    assert _run(jobs) == []
+    problems, mid = _run_random(jobs)
+    # a kill that never lands inside a transaction tests nothing the write-step kills do not: aim more
+    # of them inside the write phase (from spawn to the last step, as the reference run timed it)
+    extra = 0
+    while mid < MIN_MID_WRITE and extra < MAX_EXTRA:
+        what, steps = ("apply", ref.apply_steps) if extra % 2 == 0 else ("rollback", ref.rollback_steps)
+        p, m = _run_random([(kill_at_random, ref, what, rng.uniform(steps[0], steps[-1]), 100 + extra)])
+        problems, mid, extra = problems + p, mid + m, extra + 1
+    assert problems == []
+    assert mid >= MIN_MID_WRITE, f"only {mid} of {RANDOM_APPLY + RANDOM_ROLLBACK + extra} kills landed mid-write"
+
+
+def _run_random(jobs) -> tuple[list[str], int]:
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda job: job[0](*job[1:]), jobs))
+    return [p for r, _ in results for p in r], sum(m for _, m in results)
 
 
 def test_the_release_cache_was_never_written_in_place() -> None:
-    """Copies are hard links: a write in place would show up in the pristine cache itself."""
+    """Copies are hard links: a write in place would show up in the pristine cache itself. The
+    oracle is the wheel's own RECORD (sha256 of every file, as PyPI shipped it), so this holds
+    whether or not the kill tests ran first in this session."""
     for version in RELEASES:
+        root = pristine_or_skip("sglang", version)
+        (record,) = root.glob("sglang-*.dist-info/RECORD")
+        checked, differ = 0, []
+        for row in csv.reader(record.read_text().splitlines()):
+            rel, digest = row[0], row[1]
+            if not digest.startswith("sha256="):
+                continue  # RECORD itself
+            got = base64.urlsafe_b64encode(hashlib.sha256((root / rel).read_bytes()).digest()).rstrip(b"=")
+            checked += 1
+            if "sha256=" + got.decode() != digest:
+                differ.append(rel)
+        assert checked > 500 and differ == [], (version, checked, differ[:10])
         if version in _REFS:
             assert _REFS[version].baseline.still_pristine() == []

@@ -7,9 +7,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, unavailable
 
 
+@pytest.mark.network  # pip builds the wheel in an isolated env: setuptools from the index
 def test_wheel_builds_without_warnings_and_carries_every_data_file(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w", str(tmp_path), "."],

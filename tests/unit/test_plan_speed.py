@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import libcst as cst
@@ -27,7 +30,7 @@ from sm120patch.planning.plan import plan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import discover
 from sm120patch.transforms.rewrite import find_functions, replace_nodes
-from tests.unit.sglang_fakes import ALLREDUCE, SERVER_ARGS_REL, make_sglang
+from tests.unit.sglang_fakes import ALLREDUCE, AUTOTUNE, MOE, SERVER_ARGS_REL, make_sglang
 
 NESTED = """\
 import sys
@@ -208,6 +211,23 @@ def _bump(path: Path, text: str) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
+def _status_map(summary: list[tuple]) -> dict[str, str]:
+    return {rid: status for rid, status, _reason, _edits in summary}
+
+
+def _in_another_process(tree: Path, arch: str, cache: Path) -> dict[str, str]:
+    """`sm120patch plan --json` in a fresh process with an empty cache: no state shared with this one."""
+    r = subprocess.run(
+        [sys.executable, "-m", "sm120patch", "plan", str(tree), "--arch", arch, "--probe", "none", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
+    assert r.returncode in (0, 1), r.stderr
+    return {x["id"]: x["status"] for x in json.loads(r.stdout)["recipes"]}
+
+
 def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     recipes = load_recipes()
@@ -219,8 +239,14 @@ def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.Mon
     def statuses(arch=sm120, applied=None):  # type: ignore[no-untyped-def]
         return _summary(plan_statuses(target, recipes, arch, applied=applied, cache_dir=cache))
 
+    # the oracles: what the fake tree holds, by hand (its three gates, nothing of the frontier recipes),
+    # and a plan in another process with an empty cache
+    hand = {**dict.fromkeys((r.id for r in recipes if r.package == "sglang"), "not-applicable")}
+    hand.update(dict.fromkeys((ALLREDUCE, AUTOTUNE, MOE), "applicable"))
+    assert _status_map(statuses()) == hand == _in_another_process(tree, "sm_120", tmp_path / "fresh-1")
     assert statuses() == fresh and calls[0] == 1
     assert statuses() == fresh and calls[0] == 1  # served from the cache
+    assert _status_map(statuses()) == hand
     assert statuses(sm121) and calls[0] == 2  # another arch, another entry
     assert statuses(applied={ALLREDUCE: "applied x"})[0][1] == "applied" and calls[0] == 3
 
@@ -237,6 +263,8 @@ def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.Mon
     )
     changed = statuses()
     assert calls[0] == 4 and changed != fresh
+    hand[MOE] = "satisfied"  # the tree now does what the MoE recipe would
+    assert _status_map(changed) == hand == _in_another_process(tree, "sm_120", tmp_path / "fresh-2")
     assert changed == _summary(plan(target, recipes, sm120)) and calls[0] == 5
     assert statuses() == changed and calls[0] == 5
 
@@ -247,6 +275,7 @@ def test_plan_statuses_cache(tree: Path, tmp_path: Path, monkeypatch: pytest.Mon
     )
     again = statuses()
     assert calls[0] == 6 and again != changed
+    assert _status_map(again) == _in_another_process(tree, "sm_120", tmp_path / "fresh-3")
     assert again == _summary(plan(target, recipes, sm120)) and calls[0] == 7
     # a hinted file that did not exist appears: recompute
     hinted = tree / "sglang" / "srt" / "arg_groups" / "overrides.py"

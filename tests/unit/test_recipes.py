@@ -16,6 +16,11 @@ from sm120patch.catalogue.recipes import Recipe, default_recipe_dir, load_recipe
 from sm120patch.errors import RecipeError, UserError
 from sm120patch.transforms import TRANSFORMS
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 SGLANG_IDS = {
     "sglang-allreduce-fusion-sm120",
     "sglang-autotune-flashinfer-cutlass",
@@ -422,13 +427,33 @@ FUZZ = settings(
 )
 
 
-def load_only_user_errors(text: str | bytes) -> None:
+def load_only_user_errors(text: str | bytes) -> str | None:
+    """Load; a refusal is a UserError naming the file. Returns the message after the file name, or None."""
     with tempfile.TemporaryDirectory() as tmp:
         p = write(Path(tmp), text)
         try:
             load_recipe(p)
         except UserError as e:  # RecipeError is a UserError
             assert str(e).startswith(str(p)), str(e)
+            return str(e)[len(str(p)) :].lstrip(": ")
+    return None
+
+
+# the recipe format's types, written by hand from docs/recipe-format.md (not read from the loader)
+TOP_TYPES: dict[str, type] = {
+    "id": str,
+    "package": str,
+    "title": str,
+    "why": str,
+    "versions": str,
+    "arch": list,
+    "edit": list,
+}
+EDIT_TYPES: dict[str, type] = {"transform": str, "functions": list, "files": list, "params": dict}
+
+
+def _wrong_type(value: Any, want: type) -> bool:
+    return isinstance(value, bool) or not isinstance(value, want) if want is not bool else not isinstance(value, bool)
 
 
 def test_base_fuzz_recipe_is_valid() -> None:
@@ -446,7 +471,9 @@ def test_fuzz_random_bytes(blob: bytes) -> None:
 @FUZZ
 @given(st.dictionaries(_keys, _values, max_size=8))
 def test_fuzz_random_tables(d: dict[str, Any]) -> None:
-    load_only_user_errors(render(d))
+    err = load_only_user_errors(render(d))
+    if err is None:  # what loads has what every recipe must have (docs/recipe-format.md)
+        assert {"id", "package", "versions", "arch"} <= set(d), (d, err)
 
 
 @FUZZ
@@ -465,7 +492,18 @@ def test_fuzz_mutated_valid_recipe(top: str, edit_key: str, where: str, value: A
         d["edit"][0][edit_key] = value
     else:
         d["edit"][0]["params"][param_key] = value
-    load_only_user_errors(render(d))
+    text = render(d)
+    err = load_only_user_errors(text)
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:  # the rendering itself is no TOML (a control character): refused as such
+        assert err is not None and err.startswith("invalid TOML"), err
+        return
+    # a required key given a value of the wrong type is refused, and the refusal names that key
+    if where == "top" and top in TOP_TYPES and _wrong_type(value, TOP_TYPES[top]):
+        assert err is not None and err.startswith(top), (top, value, err)
+    if where == "edit" and edit_key in EDIT_TYPES and _wrong_type(value, EDIT_TYPES[edit_key]):
+        assert err is not None and err.startswith(f"edit[0].{edit_key}"), (edit_key, value, err)
 
 
 @FUZZ

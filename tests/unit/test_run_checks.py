@@ -8,7 +8,6 @@ reference must equal a token-by-token MoE, its NVFP4 decoding must invert the pa
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -87,15 +86,18 @@ def results() -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.network
 def test_moe_reference_is_a_plain_top_k_moe(results: dict) -> None:
     assert results["moe_max_diff"] < 1e-4
     assert results["weights_sum"] < 1e-6 and results["top_k_distinct"]
 
 
+@pytest.mark.network
 def test_nvfp4_decoding_inverts_the_packing_and_the_swizzle(results: dict) -> None:
     assert results["fp4_max_diff"] == 0.0
 
 
+@pytest.mark.network
 def test_the_comparison_never_lets_nan_pass(results: dict) -> None:
     assert results["cmp_ok"]["ok"] and results["cmp_ok"]["n_bad"] == 0
     nan = results["cmp_nan"]
@@ -125,7 +127,7 @@ def _moe_reduced():  # noqa: ANN202
     return mod
 
 
-@pytest.mark.skipif(not (shutil.which("c++") and shutil.which("nm")), reason="needs a host C++ compiler and nm")
+@pytest.mark.needs("c++", "nm", why="builds a host module to load with stubs")
 def test_stubs_let_a_module_with_dropped_units_load_and_a_call_into_one_abort_by_name(tmp_path: Path) -> None:
     moe = _moe_reduced()
     (tmp_path / "user.cpp").write_text(USER_CPP)

@@ -323,6 +323,7 @@ def fake(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch):
     return run
 
 
+@pytest.mark.network
 def test_gloo_right_numbers_pass_and_the_record_says_what_ran(fake, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # the driver must override what the caller had
     step = fake("ok")
@@ -335,6 +336,7 @@ def test_gloo_right_numbers_pass_and_the_record_says_what_ran(fake, monkeypatch:
     assert [r["how"] for r in rec["ranks"]] == ["finished", "finished"]
 
 
+@pytest.mark.network
 def test_gloo_ranks_run_with_multicast_off(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0")
@@ -346,6 +348,7 @@ def test_gloo_ranks_run_with_multicast_off(tmp_path: Path, target: str, monkeypa
     assert len({c.result["pid"] for c in run.children if c.result}) == 2  # one process per rank
 
 
+@pytest.mark.network
 @pytest.mark.parametrize(
     ("mode", "words"),
     [
@@ -361,6 +364,7 @@ def test_gloo_broken_kernels_fail_with_the_reason(fake, mode: str, words: list[s
     assert all(w in step.reason for w in words), step.reason
 
 
+@pytest.mark.network
 def test_gloo_a_hung_rank_is_killed_and_fails(fake) -> None:
     step = fake("hang", timeout=45.0)
     assert step.result == "fail", step.reason
@@ -368,6 +372,7 @@ def test_gloo_a_hung_rank_is_killed_and_fails(fake) -> None:
     assert all(r["killed"] for r in step.evidence["run"]["ranks"])
 
 
+@pytest.mark.network
 def test_gloo_setup_errors_and_missing_gpus_are_unknown(fake) -> None:
     step = fake("setup")
     assert step.result == "unknown" and "rank 1 raised (workspace phase): OSError" in step.reason
@@ -378,6 +383,7 @@ def test_gloo_setup_errors_and_missing_gpus_are_unknown(fake) -> None:
     assert step.result == "fail" and "No supported CUDA architectures" in step.reason
 
 
+@pytest.mark.network
 def test_run_verdicts_are_cached_with_their_record_and_keyed_by_the_check(
     tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

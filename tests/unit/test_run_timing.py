@@ -33,6 +33,7 @@ from sm120patch.probes.run.rung import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run
 from sm120patch.probes.run.verdict import judge_ranks
 from tests.conftest import pristine_or_skip, requires
 from tests.integration.fi_releases import spec_venv
+from tests.integration.test_run_gpu import reached_the_run_rung
 from tests.unit.cli_entry import SM120PATCH
 from tests.unit.fi_fakes import make_tree
 
@@ -184,6 +185,7 @@ def timed(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch):
     return from_tree(make_tree(tmp_path / "tree", gate="[9, 10, 12]"), python=target)
 
 
+@pytest.mark.network
 def test_gloo_the_ratios_land_on_the_side_of_the_known_costs(
     timed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,6 +207,7 @@ def test_gloo_the_ratios_land_on_the_side_of_the_known_costs(
     assert "twoshot" not in step.reason.split("slower at", 1)[1] and run_timing.NO_DECISION in step.reason
 
 
+@pytest.mark.network
 def test_gloo_a_wrong_kernel_is_not_timed_on_any_rank(timed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_RUN", "garbage")  # rank 1 wrong, rank 0 right: both must skip the collectives
     step = check_run(load_kernels()["flashinfer:trtllm_comm"], SM90, timed, tmp_path / "cache", timeout=120.0)
@@ -215,6 +218,7 @@ def test_gloo_a_wrong_kernel_is_not_timed_on_any_rank(timed, tmp_path: Path, mon
     }
 
 
+@pytest.mark.network
 def test_gloo_probe_prints_the_ratio_per_shape_and_json_carries_it(
     timed, tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,8 +258,7 @@ def _two_gpus() -> tuple:
 def _timed_on_gpus(kernel: str, tmp_path: Path) -> dict:
     arch, fi = _two_gpus()
     v = probe_kernel(kernel, arch, fi, "run", ProbeCache(tmp_path))
-    if v.rung != "run":
-        pytest.skip(f"the ladder stopped at the {v.rung} rung: {v.reason}")
+    reached_the_run_rung(v)  # below `run` with the GPUs here: a failure, unless FlashInfer lacks the kernel
     assert v.result == "pass", v.reason
     timing = v.evidence["run"]["timing"]
     assert timing["timer"] == "cuda-events" and timing["topology"]["p2p"]
@@ -273,7 +276,7 @@ def test_fusion_timing_on_two_gpus(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_pcie_ipc_timing_on_two_gpus(tmp_path: Path) -> None:
-    """FlashInfer >= 0.7.0 only: on 0.6.x the ladder stops at the static rung (no pcie_ipc_comm), a skip."""
+    """FlashInfer >= 0.7.0 only: on 0.6.x the static rung fails (no pcie_ipc_comm), a skip naming it."""
     timing = _timed_on_gpus("flashinfer:pcie_ipc_comm", tmp_path)
     assert {r["candidate"] for r in timing["rows"]} == {"pcie_ipc"} and len(timing["workspaces"]) == 3
 
@@ -378,6 +381,7 @@ def _real_signatures(py: Path) -> dict:
     return out
 
 
+@pytest.mark.network
 def test_the_shipped_check_times_every_shape_with_flashinfer_061_calls(tmp_path: Path, target: str) -> None:
     py = Path(target)
     sigs = _real_signatures(py)
@@ -487,6 +491,7 @@ def _pcie_signatures() -> dict:
     return out
 
 
+@pytest.mark.network
 @pytest.mark.parametrize("mode", ["ok", "empty"])
 def test_the_pcie_ipc_check_on_flashinfer_074_calls(tmp_path: Path, target: str, mode: str) -> None:
     args = [target, "-c", PCIE_CHECK, str(CHECKS_DIR), json.dumps(_pcie_signatures()), str(tmp_path / "s"), mode]
@@ -512,3 +517,20 @@ def test_the_pcie_ipc_check_on_flashinfer_074_calls(tmp_path: Path, target: str,
         assert not any(c["ok"] for c in out["cases"]) and all(c["n_nonfinite"] == c["numel"] for c in out["cases"])
         assert out["timing"] == {"skipped": "the numbers were wrong on a rank: a wrong kernel is not timed"}
         assert calls["all_reduce"] == 9  # every case checked, none timed
+
+
+def test_a_gpu_run_that_stops_below_the_run_rung_fails_unless_flashinfer_lacks_the_kernel() -> None:
+    """The GPU tests' rule (tests/integration/test_run_gpu.py): with the GPUs here, a ladder that
+    stopped at the spec rung is a regression, not a skip; a static fail is FlashInfer's, a skip."""
+    from dataclasses import replace
+
+    from sm120patch.probes import Verdict
+
+    v = Verdict("flashinfer:trtllm_comm", "sm_90", "pass", "spec", "spec passed; run: could not start", 0.1)
+    with pytest.raises(pytest.fail.Exception, match="stopped at the spec rung"):
+        reached_the_run_rung(v)
+    with pytest.raises(pytest.fail.Exception, match="stopped at the static rung"):
+        reached_the_run_rung(replace(v, rung="static", result="unknown"))
+    with pytest.raises(pytest.skip.Exception, match="has no flashinfer:trtllm_comm"):
+        reached_the_run_rung(replace(v, rung="static", result="fail"))
+    assert reached_the_run_rung(replace(v, rung="run")) is None

@@ -123,8 +123,52 @@ def test_catalogue_verdicts_are_honest() -> None:
         assert sig.sm12x in ("yes", "maybe", "no")
         if sig.sm12x == "maybe":
             assert sig.check, sig.id
-        if sig.sm12x == "yes":
-            assert re.search(r"12|sm120|SM12x", sig.pattern.pattern), sig.id
+        if sig.sm12x == "yes" and not sig.arch_group:  # an arch_group is judged per match
+            unmarked = [a for a in _alternatives(sig.pattern.pattern) if not SM12X_MARK.search(a)]
+            assert unmarked == [], (sig.id, unmarked)
+
+
+# What a pattern must spell to name SM12x itself: sm_120/sm_121 (sm_?12[01], sm120, SM12x), compute_12x,
+# compute capability 12.x, a bare 120/121, never just any "12" (a 128-thread limit, CUDA 12.4)
+SM12X_MARK = re.compile(
+    r"sm_\?12|sm_12|sm12[01x]|SM12|compute_\(\?P<\w+>12|compute_12|capability 12|12\[01\]|\b12[01]\b", re.I
+)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level `|` alternatives of a regex source (each must name SM12x on its own)."""
+    out, cur, depth, esc, in_class = [], "", 0, False, False
+    for ch in pattern:
+        if esc:
+            cur, esc = cur + ch, False
+            continue
+        if ch == "\\":
+            cur, esc = cur + ch, True
+            continue
+        if in_class:
+            cur, in_class = cur + ch, ch != "]"
+            continue
+        in_class = ch == "["
+        depth += (ch == "(") - (ch == ")")
+        if ch == "|" and depth == 0:
+            out, cur = [*out, cur], ""
+            continue
+        cur += ch
+    return [*out, cur]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "names_sm12x"),
+    [
+        (r"expects arch to be one of \[[^\]]*\], but got sm_12[01]", True),
+        (r"with capability 12[01]\b|\bSM12[01]\b has no kernel", True),
+        (r"max 128 threads per block", False),  # the old check took any "12"
+        (r"CUDA 12\.4 required|sm_120 unsupported", False),  # one alternative names no SM12x
+        (r"Unsupported gpu architecture 'compute_(?P<arch>12[01][af]?)'", True),
+    ],
+)
+def test_the_honesty_rule_tells_a_pattern_that_names_sm12x(pattern: str, names_sm12x: bool) -> None:
+    assert all(SM12X_MARK.search(a) for a in _alternatives(pattern)) is names_sm12x
 
 
 def test_missing_and_broken_files(tmp_path: Path) -> None:

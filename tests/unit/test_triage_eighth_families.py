@@ -54,7 +54,7 @@ def test_an_eighth_round_family_is_never_silent_and_shows_its_class(cls: str | N
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_eighth_round_family(cls: str | None, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 def test_an_environment_mismatch_is_never_blamed_on_sm12x() -> None:

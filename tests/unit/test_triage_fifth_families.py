@@ -75,7 +75,7 @@ def test_a_fifth_round_family_is_never_silent_and_shows_its_class(cls: str, log:
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_fifth_round_family(cls: str, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 NONE_IN_CUTE = 'File "/env/site-packages/mykern/epilogue.py", line 90, in store\n    cpasync.make_tiled_copy(op)\nAttributeError: \'NoneType\' object has no attribute \'layout\'\n'

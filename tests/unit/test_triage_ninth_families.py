@@ -75,7 +75,7 @@ def test_a_ninth_round_family_is_never_silent_and_shows_its_class(cls: str | Non
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_ninth_round_family(cls: str | None, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 def test_a_warned_op_failure_is_its_own_generic_class() -> None:

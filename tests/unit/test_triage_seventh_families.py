@@ -78,7 +78,7 @@ def test_a_seventh_round_family_is_never_silent_and_shows_its_class(cls: str | N
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_seventh_round_family(cls: str | None, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 def test_a_refusal_naming_another_arch_or_no_gpu_is_never_yes() -> None:

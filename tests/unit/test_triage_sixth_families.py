@@ -91,7 +91,7 @@ def test_a_sixth_round_family_is_never_silent_and_shows_its_class(cls: str | Non
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_sixth_round_family(cls: str | None, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 def test_a_cuda_error_string_is_settled_by_the_gpu_the_log_shows() -> None:

@@ -76,7 +76,7 @@ def test_an_unseen_family_is_never_silent_and_shows_its_class(cls: str, log: str
 
 @pytest.mark.parametrize(("cls", "log"), FAMILIES)
 def test_the_prefilter_keeps_every_unseen_family(cls: str, log: str) -> None:
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, cls)
 
 
 def test_a_kernel_library_failure_with_no_arch_word_is_thin_and_never_yes() -> None:
@@ -189,7 +189,7 @@ ENVIRONMENT = [
 def test_a_broken_environment_is_the_environment_never_sm12x(log: str) -> None:
     found = _fatal(log, signatures=[])
     assert "environment" in {f["class"] for f in found} and all(f["sm12x"] == "no" for f in found), found
-    assert_prefilter_keeps(log)
+    assert_prefilter_keeps(log, "environment")
 
 
 def test_an_sm12x_arch_a_path_requires_is_not_the_device_another_arch_is_named_as() -> None:
