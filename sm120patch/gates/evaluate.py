@@ -141,6 +141,8 @@ class Evaluator:
         if isinstance(node, ast.Name):
             if node.id in s.params:
                 return self.value(s.params[node.id], arch)
+            if node.id in s.local and not self.reads_gpu(s.local[node.id]):
+                return WILD
             if node.id in s.local:
                 key = (node.id, arch)
                 if key not in self._names:
@@ -231,6 +233,10 @@ class Evaluator:
             if t is UNK:
                 return UNK
             if t is WILD:
+                # `cap()[0] if is_cuda() else 0`: on the GPU, the branch that reads it
+                reads_body, reads_else = self.reads_gpu(node.body), self.reads_gpu(node.orelse)
+                if reads_body != reads_else:
+                    return self.value(node.body if reads_body else node.orelse, arch)
                 body, other = self.value(node.body, arch), self.value(node.orelse, arch)
                 return body if body == other else (UNK if UNK in (body, other) else WILD)
             return self.value(node.body if t else node.orelse, arch)
@@ -323,21 +329,35 @@ def bind_locals(body: list[ast.stmt]) -> dict[str, ast.expr]:
     """Names a block binds by plain assignment (`x = ...`, `a, b = ...`), the last one winning;
     a tuple target binds each name to `value[i]`, which is how `major, minor = cap()` reads."""
     local: dict[str, ast.expr] = {}
+    again: set[str] = set()
     for node in _walk_no_nested(body):
         if isinstance(node, ast.Assign):
             for t in node.targets:
-                _bind(local, t, node.value)
+                _bind(local, t, node.value, again)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            _bind(local, node.target, node.value)
+            _bind(local, node.target, node.value, again)
+        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            targets = [node.target] if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)) else [
+                i.optional_vars for i in node.items if i.optional_vars is not None
+            ]
+            for t in targets:
+                again.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    # a name bound more than once has no one value without flow analysis: it may be either
+    for name in again:
+        local[name] = ast.Name(id="<rebound>", ctx=ast.Load(), lineno=0, col_offset=0)
     return local
 
 
-def _bind(local: dict[str, ast.expr], target: ast.expr, value: ast.expr) -> None:
+def _bind(local: dict[str, ast.expr], target: ast.expr, value: ast.expr, again: set[str]) -> None:
     if isinstance(target, ast.Name):
+        if target.id in local:
+            again.add(target.id)
         local[target.id] = value
     elif isinstance(target, (ast.Tuple, ast.List)):
         for i, elt in enumerate(target.elts):
             if isinstance(elt, ast.Name):
+                if elt.id in local:
+                    again.add(elt.id)
                 local[elt.id] = ast.Subscript(value=value, slice=ast.Constant(i), ctx=ast.Load())
 
 

@@ -250,8 +250,26 @@ class FileScan:
                 norm_test=ast.unparse(root),
                 norm_body=_digest(stmt),
                 context=_context_text(self.lines, ctx_node, qual),
+                defined_at=self._definitions(root, ev),
             )
         )
+
+    def _definitions(self, root: ast.AST, ev: Evaluator) -> list[tuple[int, int]]:
+        """Where the flags a test reads are bound (`is_x = major == 12 and ...`; `if is_x:`): an
+        edit there changes the gate too."""
+        out = []
+        for n in ast.walk(root):
+            if isinstance(n, ast.Name) and n.id in ev.scope.local:
+                value = ev.scope.local[n.id]
+                while isinstance(value, ast.Subscript) and not hasattr(value, "lineno"):
+                    value = value.value
+                if hasattr(value, "lineno") and value.lineno and ev.reads_gpu(value):
+                    stmt: ast.AST | None = value
+                    while stmt is not None and not isinstance(stmt, ast.stmt):
+                        stmt = self.parent(stmt)
+                    span = stmt or value
+                    out.append((span.lineno, span.end_lineno or span.lineno))  # type: ignore[attr-defined]
+        return sorted(set(out))
 
     def _flashinfer_call(self, call: ast.Call, qual: list[str], ev: Evaluator, decorator_only: bool = False) -> None:
         """`get_nvcc_flags_list(supported_major_versions=[9, 10])` and

@@ -39,6 +39,7 @@ class Site:
     recipe: str | None = None  # the recipe that covers it
     recipe_status: str | None = None
     kernels: list[str] = field(default_factory=list)
+    defined_at: list[tuple[int, int]] = field(default_factory=list)  # lines of the flags the test reads
 
     @property
     def key(self) -> tuple[str, str]:
@@ -66,6 +67,7 @@ class Site:
             "recipe": self.recipe,
             "recipe_status": self.recipe_status,
             "kernels": self.kernels,
+            "defined_at": [list(r) for r in self.defined_at],
         }
 
 
