@@ -321,6 +321,10 @@ def _exits(body: list[ast.stmt]) -> bool:
 
 
 def _int_list(node: ast.AST, ev: Evaluator, arch: Arch) -> tuple[int, ...] | None:
+    """A literal list of ints, or a name bound to one (`majors = [10]`)."""
+    for _ in range(3):
+        if isinstance(node, ast.Name) and node.id in ev.scope.local:
+            node = ev.scope.local[node.id]
     v = ev.value(node, arch)
     if isinstance(v, tuple) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return v
