@@ -314,8 +314,8 @@ def function_admits(fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) ->
     ev = Evaluator(scope.child(local))
     out: set[Arch] = set()
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
-    if not returns:
-        return None
+    if not returns or not any(ev.reads_gpu(r.value) for r in returns if r.value is not None):
+        return None  # named like a predicate, but how it reads the GPU is not something we can evaluate
     for r in returns:
         assert r.value is not None
         a = ev.admits(r.value)

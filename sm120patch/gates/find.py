@@ -23,6 +23,7 @@ from sm120patch.gates.evaluate import (
     CAPABILITY_CALLS,
     PREDICATE_RX,
     SM_CALLS,
+    UNK,
     Evaluator,
     Scope,
     bind_locals,
@@ -233,6 +234,11 @@ class FileScan:
             return
         admits = ev.admits(root)
         path = ev.can_be_false(root) if guard else admits
+        if not self._direct(root, ev):
+            values = [ev.value(root, a) for a in ARCHS]
+            if len({repr(v) for v in values}) == 1 and values[0] is not UNK:
+                return  # reads the GPU only through a local value that is the same on every arch we know
+
         stmt = body if body is not None else root
         ctx_node = _context_span(root, parent, self.parent)
         self.sites.append(
@@ -252,6 +258,13 @@ class FileScan:
                 context=_context_text(self.lines, ctx_node, qual),
                 defined_at=self._definitions(root, ev),
             )
+        )
+
+    @staticmethod
+    def _direct(root: ast.AST, ev: Evaluator) -> bool:
+        """The test names a predicate or a capability itself, not only a local bound to one."""
+        return any(
+            ev.is_atom(n) and not (isinstance(n, ast.Name) and n.id in ev.scope.local) for n in ast.walk(root)
         )
 
     def _definitions(self, root: ast.AST, ev: Evaluator) -> list[tuple[int, int]]:
