@@ -104,7 +104,9 @@ def gates_cmd(
 
     new = _map(path2, package or old.target.package, flashinfer, recipe_dir)
     if new.target.package != old.target.package:
-        raise UserError(f"{path2}: holds {new.target.package}, {path} holds {old.target.package}; compare like with like")
+        raise UserError(
+            f"{path2}: holds {new.target.package}, {path} holds {old.target.package}; compare like with like"
+        )
     d = diff_sites(old.sites, new.sites)
     d.recipes = recipe_moves(old.recipes, new.recipes)
     if as_json:

@@ -203,7 +203,9 @@ def directives(text: str) -> list[_Directive]:
 def scan_text(package: str, rel: str, text: str) -> list[Site]:
     sites = []
     for d in directives(text):
-        if "__CUDA_ARCH__" not in d.condition or not re.search(r"__CUDA_ARCH__\s*[<>=!]|[<>=!]=?\s*__CUDA_ARCH__", d.condition):
+        if "__CUDA_ARCH__" not in d.condition or not re.search(
+            r"__CUDA_ARCH__\s*[<>=!]|[<>=!]=?\s*__CUDA_ARCH__", d.condition
+        ):
             continue
         admits = evaluate(d.condition)
         norm = " ".join(d.condition.split())

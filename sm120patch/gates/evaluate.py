@@ -337,9 +337,11 @@ def bind_locals(body: list[ast.stmt]) -> dict[str, ast.expr]:
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             _bind(local, node.target, node.value, again)
         elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
-            targets = [node.target] if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)) else [
-                i.optional_vars for i in node.items if i.optional_vars is not None
-            ]
+            targets = (
+                [node.target]
+                if isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor))
+                else [i.optional_vars for i in node.items if i.optional_vars is not None]
+            )
             for t in targets:
                 again.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
     # a name bound more than once has no one value without flow analysis: it may be either

@@ -208,13 +208,11 @@ class FileScan:
     def _root(self, node: ast.AST) -> ast.AST:
         while True:
             parent = self.parent(node)
-            if isinstance(parent, _GROW):
-                node = parent
-            elif isinstance(parent, ast.Call) and parent.func is node:
-                node = parent
-            elif isinstance(parent, ast.Subscript) and parent.value is node:
-                node = parent
-            elif isinstance(parent, ast.Attribute) and parent.value is node:
+            grows = isinstance(parent, _GROW) or (
+                isinstance(parent, ast.Call) and parent.func is node
+            )  # `x(...)`: the call, not the name
+            grows = grows or (isinstance(parent, (ast.Subscript, ast.Attribute)) and parent.value is node)
+            if grows:
                 node = parent
             else:
                 return node
@@ -263,9 +261,7 @@ class FileScan:
     @staticmethod
     def _direct(root: ast.AST, ev: Evaluator) -> bool:
         """The test names a predicate or a capability itself, not only a local bound to one."""
-        return any(
-            ev.is_atom(n) and not (isinstance(n, ast.Name) and n.id in ev.scope.local) for n in ast.walk(root)
-        )
+        return any(ev.is_atom(n) and not (isinstance(n, ast.Name) and n.id in ev.scope.local) for n in ast.walk(root))
 
     def _definitions(self, root: ast.AST, ev: Evaluator) -> list[tuple[int, int]]:
         """Where the flags a test reads are bound (`is_x = major == 12 and ...`; `if is_x:`): an
@@ -344,9 +340,7 @@ def _int_list(node: ast.AST, ev: Evaluator, arch: Arch) -> tuple[int, ...] | Non
     return None
 
 
-def _context(
-    root: ast.AST, parent: ast.AST | None, parent_of: object
-) -> tuple[str, bool, ast.AST | None]:
+def _context(root: ast.AST, parent: ast.AST | None, parent_of: object) -> tuple[str, bool, ast.AST | None]:
     """What uses the test: (kind, is it a guard clause, the statement whose body it guards)."""
     if isinstance(parent, ast.If) and parent.test is root:
         get = parent_of  # type: ignore[assignment]

@@ -70,7 +70,7 @@ def judge(site: Site, catalogue: dict[str, Kernel], fi: FlashInferEnv | None) ->
     verdicts = [_kernel_verdict(catalogue[k], fi) for k in site.kernels]
     passed = [(k, why) for k, (ok, why) in zip(site.kernels, verdicts, strict=True) if ok is True]
     failed = [(k, why) for k, (ok, why) in zip(site.kernels, verdicts, strict=True) if ok is False]
-    if passed:
+    if passed and len(passed) == len(verdicts):
         site.verdict = CANDIDATE
         site.reason = "; ".join(f"{k}: {why}" for k, why in passed)
     elif failed and len(failed) == len(verdicts):

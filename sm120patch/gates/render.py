@@ -139,7 +139,12 @@ def diff_markdown(old: GateMap, new: GateMap, d: GateDiff) -> str:
     ]
     for title, sites in (("Added", d.added), ("Removed", d.removed)):
         if sites:
-            out += [f"### {title}", "", "| file:line | function | test | runs on | verdict |", "| --- | --- | --- | --- | --- |"]
+            out += [
+                f"### {title}",
+                "",
+                "| file:line | function | test | runs on | verdict |",
+                "| --- | --- | --- | --- | --- |",
+            ]
             out += [
                 f"| `{s.file}:{s.line}` | `{s.function}` | `{_md_escape(s.test)}` | {_archs(s.path)} | {s.verdict} |"
                 for s in sites

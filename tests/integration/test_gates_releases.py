@@ -57,7 +57,9 @@ def _oracle_words(pkg: Path, text_of_file: str) -> set[str]:
         src = rc.read_text(encoding="utf-8", errors="replace")
         if "def get_platform" in src:
             words.update(k for k, v in re.findall(r'"(is_\w+)":\s*"(\w+)"', src) if v in words)
-    words.update(re.findall(r"^(_is_\w+)\s*=.*\b(?:%s)\b" % "|".join(map(re.escape, words or {"x"})), text_of_file, re.M))
+    words.update(
+        re.findall(r"^(_is_\w+)\s*=.*\b(?:" + "|".join(map(re.escape, words or {"x"})) + r")\b", text_of_file, re.M)
+    )
     words.update(re.findall(r"(\w+)(?:\s*,\s*\w+)*\s*=\s*[^=\n]*get_device_capability\(", text_of_file))
     return words
 
@@ -72,7 +74,7 @@ def _gate_lines(m: GateMap, recipe_id: str) -> list[tuple[str, int, str]]:
             release = (target.root / rel).read_text(encoding="utf-8").splitlines()
             b = before.decode("utf-8").splitlines()
             words = _oracle_words(target.package_dir, "\n".join(release))
-            rx = re.compile(r"\b(%s)\b" % "|".join(map(re.escape, sorted(words))))
+            rx = re.compile(r"\b(" + "|".join(map(re.escape, sorted(words))) + r")\b")
             for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, b, after.decode("utf-8").splitlines()).get_opcodes():
                 for line in b[i1:i2] if tag in ("replace", "delete") else ():
                     code = line.split("#", 1)[0]
@@ -96,8 +98,7 @@ def test_every_gate_a_recipe_edits_is_a_site_covered_by_it(version: str) -> None
             sites = [
                 s
                 for s in m.sites
-                if s.file == file
-                and (s.line <= line <= s.end_line or any(a <= line <= b for a, b in s.defined_at))
+                if s.file == file and (s.line <= line <= s.end_line or any(a <= line <= b for a, b in s.defined_at))
             ]
             assert sites, f"{version} {cov.id}: no site at {file}:{line} ({text})"
             assert any(s in cov.sites and s.verdict == "covered" for s in sites), (
@@ -140,11 +141,13 @@ HAND = {
         ("sglang/srt/server_args.py", "ServerArgs._handle_model_specific_adjustments", "is_sm120_supported()",
          ["sm_120", "sm_121"]),
         ("sglang/srt/server_args.py", "ServerArgs._get_default_attn_backend", "is_sm100_supported()", S100),
-        ("sglang/srt/server_args.py", "ServerArgs._handle_mxfp8_kv_cache_compatibility", "not is_blackwell_supported()", B),
+        ("sglang/srt/server_args.py", "ServerArgs._handle_mxfp8_kv_cache_compatibility",
+         "not is_blackwell_supported()", B),
         ("sglang/srt/model_executor/runner/flashinfer_autotune.py", "should_run_flashinfer_autotune",
          "torch.cuda.get_device_capability()[0] < 9", ["sm_90", *B]),
         ("sglang/srt/layers/k3_gemm_ar.py", "_init", "torch.cuda.get_device_capability() < (10, 0)", B),
-        ("sglang/srt/layers/attention/flashinfer_backend.py", "FlashInferAttnBackend.__init__", "is_sm100_supported()", S100),
+        ("sglang/srt/layers/attention/flashinfer_backend.py", "FlashInferAttnBackend.__init__",
+         "is_sm100_supported()", S100),
         ("sglang/srt/layers/attention/dsa/paged_mqa_logits_backend.py", "DSAPagedMQALogitsBackend.resolve",
          "not is_sm100_supported()", S100),
         ("sglang/srt/layers/attention/linear/kda_backend.py", "KDAAttnBackend._can_run_dspark_cutedsl_mtp",
@@ -169,7 +172,8 @@ HAND = {
          "(_is_sm90_supported or _is_sm100_supported)", ["sm_90", *S100]),
         ("sglang/srt/layers/flashinfer_comm_fusion.py", "_resolve_backend",
          "not (get_platform().is_sm90 or get_platform().is_sm100)", ["sm_90", *S100]),
-        ("sglang/srt/arg_groups/overrides.py", "_dsa_split_backend_resolution", "is_glm_sm12_fp8", ["sm_120", "sm_121"]),
+        ("sglang/srt/arg_groups/overrides.py", "_dsa_split_backend_resolution",
+         "is_glm_sm12_fp8", ["sm_120", "sm_121"]),
         ("sglang/srt/arg_groups/model_override_base.py", "get_default_attn_backend", "get_platform().is_sm100", S100),
         ("sglang/srt/arg_groups/model_overrides/gpt_oss.py", "_gpt_oss_overrides", "get_platform().is_sm100", S100),
         ("sglang/srt/model_executor/runner/flashinfer_autotune.py", "should_run_flashinfer_autotune",
@@ -217,4 +221,6 @@ def test_diff_0_5_22_to_0_5_23() -> None:
     # the recipes tested on both releases keep their sites where they were
     assert moves["sglang-allreduce-fusion-sm120"]["sites"] == "same"
     assert moves["sglang-gdn-prefill-sm120"]["sites"] == "same"
-    assert moves["sglang-gdn-prefill-sm120"]["new"] == ["sglang/srt/layers/attention/linear/gdn_backend.py:flashinfer_gdn_prefill_default"]
+    assert moves["sglang-gdn-prefill-sm120"]["new"] == [
+        "sglang/srt/layers/attention/linear/gdn_backend.py:flashinfer_gdn_prefill_default"
+    ]

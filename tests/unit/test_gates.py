@@ -19,7 +19,7 @@ from sm120patch.gates.scan import scan_target
 from sm120patch.gates.site import CANDIDATE, OPEN, SHUT, UNKNOWN
 from sm120patch.planning.targets import discover
 
-UTILS = '''
+UTILS = """
 from functools import lru_cache, partial
 import torch
 
@@ -50,9 +50,9 @@ is_sm90_supported = lru_cache(maxsize=1)(
 @lru_cache(maxsize=1)
 def is_sm120() -> bool:
     return is_cuda() and torch.cuda.get_device_capability() == (12, 0)
-'''
+"""
 
-PLATFORM = '''
+PLATFORM = """
 _PLATFORM_PROBES = {
     "is_cuda": "is_cuda",
     "is_sm90": "is_sm90_supported",
@@ -64,9 +64,9 @@ _PLATFORM_VALUES = {"device_capability": "get_device_capability"}
 
 def get_platform():
     ...
-'''
+"""
 
-GATES = '''
+GATES = """
 import torch
 from sglang.srt.utils.common import is_cuda, is_sm90_supported, is_sm100_supported, is_sm120, is_blackwell
 from sglang.srt.runtime_context import get_platform
@@ -128,7 +128,7 @@ def unread():
     if is_sm130_supported():
         return 1
     return 0
-'''
+"""
 
 
 def _sglang(root: Path, gates: str = GATES, version: str = "0.5.99", extra: dict[str, str] | None = None) -> Path:
@@ -201,7 +201,11 @@ def test_each_predicate_shape_admits_what_its_definition_says(tmp_path: Path) ->
     sites = _sites(_sglang(tmp_path))
     got = {k: v[0].path for k, v in sites.items()}
     # module flags built from partial(_check_cuda_device_version, majors=[9]) / [10]
-    assert got[("fusion_applies", "(_is_sm90_supported or _is_sm100_supported) and x > 0")] == ["sm_90", "sm_100", "sm_103"]
+    assert got[("fusion_applies", "(_is_sm90_supported or _is_sm100_supported) and x > 0")] == [
+        "sm_90",
+        "sm_100",
+        "sm_103",
+    ]
     # get_platform() attributes through the release's own _PLATFORM_PROBES
     assert got[("attention_default", "get_platform().is_sm100")] == ["sm_100", "sm_103"]
     assert got[("attention_default", "get_platform().is_sm90")] == ["sm_90"]
@@ -226,7 +230,9 @@ def test_predicates_are_read_from_the_release(tmp_path: Path) -> None:
     scan = scan_target(discover(_sglang(tmp_path), "sglang")[0])
     preds = {p.name: p.admits for p in scan.predicates if p.scope == "release"}
     assert preds["is_sm120_supported"] == ["sm_120", "sm_121"]
-    assert preds["is_blackwell"] == preds["is_blackwell_supported"] == ["sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]
+    assert (
+        preds["is_blackwell"] == preds["is_blackwell_supported"] == ["sm_100", "sm_103", "sm_110", "sm_120", "sm_121"]
+    )
     assert preds["is_sm120"] == ["sm_120"]
     flags = {p.name: p.admits for p in scan.predicates if p.scope == "module"}
     assert flags["_is_sm100_supported"] == ["sm_100", "sm_103"]
@@ -253,17 +259,22 @@ def test_verdicts_against_a_flashinfer(tmp_path: Path) -> None:
 
 
 def test_a_gate_whose_kernels_flashinfer_has_is_a_candidate(tmp_path: Path) -> None:
-    gates = GATES + '''
+    gates = (
+        GATES
+        + """
 
 def moe_backend(cfg):
     if get_platform().is_sm100:
         return "flashinfer_cutlass"
     return "triton"
-'''
+"""
+    )
     root = _sglang(tmp_path / "sg", gates)
     from sm120patch.probes.environment.flashinfer import from_tree
 
-    m = gate_map(discover(root, "sglang")[0], [], load_kernels(), from_tree(_flashinfer(tmp_path / "fi")), with_recipes=False)
+    m = gate_map(
+        discover(root, "sglang")[0], [], load_kernels(), from_tree(_flashinfer(tmp_path / "fi")), with_recipes=False
+    )
     site = next(s for s in m.sites if s.function == "moe_backend")
     assert site.verdict == CANDIDATE and site.kernels == ["flashinfer:cutlass_fused_moe_sm120"]
     assert "supported_major_versions=[12]" in site.reason
@@ -303,20 +314,35 @@ def _archs(names: tuple[str, ...]) -> set:
     return {parse_arch(n) for n in names}
 
 
+BLACKWELL_DEFAULT = (
+    'def blackwell_default():\n    if is_blackwell():\n        return "flashinfer_cutlass"\n    return "triton"\n'
+)
+
+
 def test_a_moved_site_is_moved_not_added_and_removed(tmp_path: Path) -> None:
     old = _sites(_sglang(tmp_path / "old"))
     moved = GATES.replace("def fusion_applies(x):", "def fusion_applies_v2(x):")
-    moved = moved.replace('def blackwell_default():\n    if is_blackwell():\n        return "flashinfer_cutlass"\n    return "triton"\n', "")
+    moved = moved.replace(
+        BLACKWELL_DEFAULT,
+        "",
+    )
     new_root = _sglang(
         tmp_path / "new",
         moved + "\n\ndef added():\n    return is_sm90_supported() or is_sm120()\n",
-        extra={"srt/layers/other.py": GATES[GATES.index("import torch") : GATES.index("def fusion_applies")]
-               + 'def blackwell_default():\n    if is_blackwell():\n        return "flashinfer_cutlass"\n    return "triton"\n'},
+        extra={
+            "srt/layers/other.py": GATES[GATES.index("import torch") : GATES.index("def fusion_applies")]
+            + BLACKWELL_DEFAULT
+        },
     )
     d = diff_sites([s for v in old.values() for s in v], [s for v in _sites(new_root).values() for s in v])
     moves = {(m.old.function, m.new.function, m.old.file, m.new.file) for m in d.moved}
     assert ("fusion_applies", "fusion_applies_v2", "sglang/srt/layers/gates.py", "sglang/srt/layers/gates.py") in moves
-    assert ("blackwell_default", "blackwell_default", "sglang/srt/layers/gates.py", "sglang/srt/layers/other.py") in moves
+    assert (
+        "blackwell_default",
+        "blackwell_default",
+        "sglang/srt/layers/gates.py",
+        "sglang/srt/layers/other.py",
+    ) in moves
     assert [(s.function, s.test) for s in d.added] == [("added", "is_sm90_supported() or is_sm120()")]
     assert d.removed == []
     assert d.unchanged >= 8
