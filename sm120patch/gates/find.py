@@ -329,6 +329,14 @@ def _exits(body: list[ast.stmt]) -> bool:
     return False
 
 
+def _negated_exit(test: ast.AST, body: list[ast.stmt]) -> bool:
+    """`if not is_sm100_or_sm110: return MHA_CHUNKED_KV`: a negated test that leaves with a value
+    sends the other GPUs to a fallback; the fast path is the code after it."""
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and bool(body) and isinstance(
+        body[-1], (ast.Return, ast.Raise)
+    )
+
+
 def _int_list(node: ast.AST, ev: Evaluator, arch: Arch) -> tuple[int, ...] | None:
     """A literal list of ints, or a name bound to one (`majors = [10]`)."""
     for _ in range(3):
@@ -346,7 +354,7 @@ def _context(root: ast.AST, parent: ast.AST | None, parent_of: object) -> tuple[
         get = parent_of  # type: ignore[assignment]
         grand = get(parent)  # type: ignore[operator]
         kind = "elif" if isinstance(grand, ast.If) and grand.orelse == [parent] else "if"
-        guard = not parent.orelse and _exits(parent.body)
+        guard = not parent.orelse and (_exits(parent.body) or _negated_exit(root, parent.body))
         return kind, guard, ast.Module(body=parent.body, type_ignores=[])
     if isinstance(parent, ast.IfExp) and parent.test is root:
         return "ifexp", False, parent

@@ -124,6 +124,12 @@ def blackwell_default():
     return "triton"
 
 
+def fa4_path():
+    if not get_platform().is_sm100:
+        return "mha_chunked_kv"
+    return "fa4"
+
+
 def unread():
     if is_sm130_supported():
         return 1
@@ -212,6 +218,8 @@ def test_each_predicate_shape_admits_what_its_definition_says(tmp_path: Path) ->
     # a guard clause: the code after it runs where the test is false
     assert got[("prefill_default", "sm_major not in (9, 10)")] == ["sm_90", "sm_100", "sm_103"]
     assert sites[("prefill_default", "sm_major not in (9, 10)")][0].guard
+    # a negated test that returns a fallback: the fast path after it runs where the test is false
+    assert got[("fa4_path", "not get_platform().is_sm100")] == ["sm_100", "sm_103"]
     # a tuple-unpacked capability, in a method: qualified name
     assert got[("Runner.tma_ok", "major >= 10 and major != 12")] == ["sm_100", "sm_103", "sm_110"]
     # an exact-minor helper defined as a function: SM121 is out
