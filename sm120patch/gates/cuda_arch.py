@@ -194,7 +194,7 @@ def directives(text: str) -> list[_Directive]:
                     pending = None
                 elif pending is None:
                     t = _TYPE.match(tok) or _FN.match(tok)
-                    if t and t.group(1) not in _KEYWORDS:
+                    if t and t.group(1) not in _KEYWORDS and not t.group(1).startswith("__"):  # __launch_bounds__
                         pending = t.group(1)
         i += 1
     return out

@@ -178,7 +178,7 @@ def _flashinfer(root: Path, comm_majors: str = "[9, 10, 12]") -> Path:
         "data/include/flashinfer/comm/ar.cuh": """
             namespace flashinfer {
             template <typename T>
-            __global__ void lamport_kernel(T* out) {
+            __global__ void __launch_bounds__(128) lamport_kernel(T* out) {
             #if (defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && (__CUDA_ARCH__ < 1200))
               out[0] = 1;
             #endif
