@@ -332,8 +332,11 @@ def _exits(body: list[ast.stmt]) -> bool:
 def _negated_exit(test: ast.AST, body: list[ast.stmt]) -> bool:
     """`if not is_sm100_or_sm110: return MHA_CHUNKED_KV`: a negated test that leaves with a value
     sends the other GPUs to a fallback; the fast path is the code after it."""
-    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and bool(body) and isinstance(
-        body[-1], (ast.Return, ast.Raise)
+    return (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and bool(body)
+        and isinstance(body[-1], (ast.Return, ast.Raise))
     )
 
 
