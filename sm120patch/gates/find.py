@@ -98,9 +98,11 @@ class FileScan:
         preds = dict(release.predicates)
         base = Scope(preds, release.platform, release.platform_values)
         # this file's own predicate functions (`def _is_sm10x(): ...`) join its scope
+        self._own: list[Predicate] = []
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and PREDICATE_RX.match(node.name):
                 preds[node.name] = function_admits(node, base)
+                self._own.append(Predicate(node.name, rel, node.lineno, names(preds[node.name]), "module"))
         self.words = {*preds, *release.platform, *release.platform_values, *CAPABILITY_CALLS, *SM_CALLS}
         if package == "flashinfer":
             self.words = {CC_DECORATOR}
@@ -182,6 +184,7 @@ class FileScan:
     def run(self) -> FileScan:
         ev = self._module_ev
         if self.package == "sglang":
+            self.flags.extend(self._own)
             for name, value in self.module_local.items():
                 if ev.reads_gpu(value) and ev.is_test(value):
                     self.flags.append(Predicate(name, self.rel, value.lineno, names(ev.admits(value)), "module"))
