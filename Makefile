@@ -77,6 +77,7 @@ bench: venv
 	$(PY) benchmarks/census_bench.py
 	$(PY) benchmarks/triage_bench.py
 	$(PY) benchmarks/verify_overhead.py
+	$(PY) benchmarks/gates_bench.py
 
 ## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
 bench-census: venv

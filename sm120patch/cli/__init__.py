@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("sm120patch.cli.bundle:export_cmd", "Write what apply would do as a bundle of git patches."),
     "diagnose": ("sm120patch.cli.triage:diagnose_cmd", "Name the cause of a server crash from its log."),
     "guard": ("sm120patch.cli.triage:guard_cmd", "Run a server; roll back the recipe that crashes it."),
+    "gates": ("sm120patch.cli.gates:gates_cmd", "Every architecture gate in a release; what changed since the last."),
     "verify": (
         "sm120patch.cli.verify:verify_cmd",
         "A/B on your server: keep what is faster and answers the same.",
