@@ -34,7 +34,15 @@ CHECK_PREFIXES = ("assert", "check", "expect", "_assert", "_check", "_expect")
 PYTEST_CHECKS = ("raises", "fail", "warns", "deprecated_call")
 
 # (path, test or "<module>", rule) -> why the finding stands. Keep each reason true.
-ALLOWED: dict[tuple[str, str, str], str] = {}
+ALLOWED: dict[tuple[str, str, str], str] = {
+    ("tests/unit/test_docs_blocks.py", "<module>", "generated"): (
+        "the generated docs are this test's subject, not its oracle: it checks each one's stamp "
+        "against a hash of the inputs it describes (stale or not)"
+    ),
+    ("tests/unit/test_docs_blocks.py", "test_performance_doc_is_the_rendering_of_last_run", "generated"): (
+        "checks that performance.md is what its generator renders from last-run.json: the doc is the subject"
+    ),
+}
 
 
 def ci_tools() -> tuple[str, ...]:
