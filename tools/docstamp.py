@@ -93,3 +93,17 @@ def read_stamp(text: str) -> Stamp | None:
         return None
     inputs = () if m["inputs"] == "-" else tuple(m["inputs"].split(","))
     return Stamp(m["command"], m["commit"].strip(), inputs, m["digest"])
+
+
+def write_section(doc: Path, begin: str, end: str, inputs: Sequence[str], text: str, heading: str) -> None:
+    """Replace the generated section between `begin` and `end` of `doc`, stamped with this command
+    and `inputs`; appended under `heading` once if the markers are missing."""
+    body = doc.read_text(encoding="utf-8")
+    block = f"{begin}\n{stamp(command_line(), inputs)}\n{text}\n{end}"
+    if begin in body and end in body:
+        head, rest = body.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        body = head + block + tail
+    else:
+        body = body.rstrip("\n") + f"\n\n## {heading}\n\n" + block + "\n"
+    doc.write_text(body, encoding="utf-8")

@@ -192,15 +192,7 @@ def write_doc(text: str, doc: Path = DOC) -> None:
     """Replace the fix-score section of docs/crashed.md (appended at the end if the markers are missing)."""
     from tools import docstamp
 
-    body = doc.read_text(encoding="utf-8")
-    block = f"{FIX_BEGIN}\n{docstamp.stamp(docstamp.command_line(), STAMP_INPUTS)}\n{text}\n{FIX_END}"
-    if FIX_BEGIN in body and FIX_END in body:
-        head, rest = body.split(FIX_BEGIN, 1)
-        _, tail = rest.split(FIX_END, 1)
-        body = head + block + tail
-    else:
-        body = body.rstrip("\n") + "\n\n## Fix useful\n\n" + block + "\n"
-    doc.write_text(body, encoding="utf-8")
+    docstamp.write_section(doc, FIX_BEGIN, FIX_END, STAMP_INPUTS, text, "Fix useful")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -410,15 +410,7 @@ def write_doc(text: str, doc: Path = DOC) -> None:
         sys.path.insert(0, str(REPO))
     from tools import docstamp
 
-    body = doc.read_text(encoding="utf-8")
-    block = f"{BEGIN}\n{docstamp.stamp(docstamp.command_line(), STAMP_INPUTS)}\n{text}\n{END}"
-    if BEGIN in body and END in body:
-        head, rest = body.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        body = head + block + tail
-    else:
-        body = body.rstrip("\n") + "\n\n## How well diagnose does on real logs\n\n" + block + "\n"
-    doc.write_text(body, encoding="utf-8")
+    docstamp.write_section(doc, BEGIN, END, STAMP_INPUTS, text, "How well diagnose does on real logs")
 
 
 def imported_from() -> str:
