@@ -78,7 +78,7 @@ bench: venv
 	$(PY) benchmarks/triage_bench.py
 	$(PY) benchmarks/verify_overhead.py
 
-## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
+## bench-census: warm census of the cached environments (target: under 100 ms for an image's worth of files, issue 30's 844), against a stat-every-file floor
 bench-census: venv
 	$(PY) benchmarks/census_bench.py
 
