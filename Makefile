@@ -79,7 +79,7 @@ bench: venv
 	$(PY) benchmarks/verify_overhead.py
 	$(PY) benchmarks/gates_bench.py
 
-## bench-census: warm census of the cached environments (< 1 s), against a stat-every-file floor
+## bench-census: warm census of the cached environments (target: under 100 ms for an image's worth of files, issue 30's 844), against a stat-every-file floor
 bench-census: venv
 	$(PY) benchmarks/census_bench.py
 

@@ -248,8 +248,12 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         "`plan`, `gatekeeper` and `targets` no longer import libcst, the transforms, packaging, difflib, "
         "subprocess or the engine when the CLI starts; (g) the transforms load libcst on first use "
         "(importlib's LazyLoader), and the insert-rule `code` check asks Python's own parser first, so "
-        "loading the recipe catalogue no longer imports libcst: `recipes`, `rollback` and a warm "
-        "`preflight` do not pay for it.",
+        "loading the recipe catalogue no longer imports libcst: `recipes` and `rollback` do not pay for "
+        "it; (h) `add_condition` and `narrow_arch_test` find the `if` statements of the functions they edit "
+        "by walking statements (`find_ifs`, pinned to a visitor's nodes and order by a test), not with a "
+        "visitor that rebuilt every node of the function; (i) `sm120patch.probes` imports its rungs "
+        "(artifact, build, evidence, run, spec, static) where a probe climbs, so `plan --probe none` no "
+        "longer loads them.",
         "",
         f"**Size.** {big} has {t[big]['py_files']:,} .py files ({t[big]['py_bytes']:,} bytes) against "
         f"{t[small]['py_files']:,} ({t[small]['py_bytes']:,} bytes) in {small}, but its recipes touch "
@@ -266,14 +270,17 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         "not, with the sha256 of the files it read, and, when an edit searched the package, a hash of the "
         "package's .py listing with their stamps. Any change recomputes, except a file rewritten with the "
         "same bytes (an apply rolled back: same size and sha256). "
+        + "A warm run parses no SGLang file: the FlashInfer-backport note (`_note_backport` in "
+        "`engine/preflight.py`, which asks what `apply SGLANG FLASHINFER` would do when an SGLang recipe is "
+        "blocked) plans SGLang through the same cache (it did not until 2026-12-02: then 14.7 of 15.3 s of "
+        "a warm run on 0.5.9 + FlashInfer 0.6.3, by cProfile, were that plan). It still plans the FlashInfer "
+        "backport itself, with its bytes, because the SGLang recipes are probed on an overlay of them: that "
+        "imports libcst, parses FlashInfer's `jit/comm.py` and checks three diffs with `git apply --check`. "
         + (
-            "A warm run neither parses nor imports libcst; what is left is the process start, recipe loading, "
-            "the FlashInfer lookup and the cache checks."
+            "What is left is that, the process start, recipe loading, the FlashInfer lookup and the cache checks."
             if not warm_missed
-            else "Yet a warm run here parsed again: `preflight`'s FlashInfer-backport note (`_note_backport` in "
-            "`engine/preflight.py`) plans the SGLang tree with the backport on every run, outside the plan "
-            "cache (cProfile of one warm run on 0.5.9, 2026-12-02: 24.4 of 25.4 s in it), so the cached "
-            "statuses no longer make a warm `preflight` cheap. That note needs a cache of its own."
+            else "That, the libcst import and the process start on this loaded machine are what is above the "
+            "1 s target; a cache of the FlashInfer plan with its bytes would remove the libcst import too."
         ),
         "",
         "**Floor B** is what applying a fixed patch costs: milliseconds. sm120patch pays the parse because it "
@@ -311,8 +318,8 @@ MISSED_WHY = {
     "plan": (
         "What is left above the floor is `compile()` of each rewritten file (server_args.py once per recipe "
         "that changes it), the transforms' walks inside the functions they edit (11 recipes now, 4 when the "
-        "targets were set), the package scan when a required edit is not in its hinted files, the diff and "
-        "the CLI start; see 'Left to do'. On this shared "
+        "targets were set; `widen_arch_test`'s `_or_chains` is still a visitor), the package scan when a "
+        "required edit is not in its hinted files, the diff and the CLI start; see 'Left to do'. On this shared "
         "machine "
         "single rounds spread widely, so the median is the number to read."
     ),
@@ -329,11 +336,15 @@ MISSED_WHY = {
 }
 
 FOLLOW_UPS = [
-    "- The transforms still look inside the functions they edit with libcst visitors (`_or_chains`, "
-    "`_if_tests`, `_lists`), which rebuild every node they pass; in the 300-line "
-    "`_handle_model_specific_adjustments` of 0.5.9 that is ~0.03 s per transform. A field-reading walk "
-    "would be ~3x cheaper but must keep libcst's source order of children (a few node types, such as "
-    "`IfExp` and decorated defs, list their fields in another order), so it was left as is.",
+    "- Some transforms still look inside the functions they edit with libcst visitors (`_or_chains`, "
+    "`_lists`), which rebuild every node they pass; in the 300-line "
+    "`_handle_model_specific_adjustments` of 0.5.9 that is ~0.03 s per transform. `if` statements are "
+    "found by a statement walk now (`find_ifs`); expressions need a field-reading walk that keeps libcst's "
+    "source order of children (a few node types, such as `IfExp` and decorated defs, list their fields "
+    "in another order), so those were left as they are.",
+    "- `compile()` of every rewritten file is the largest cost left above floor A (server_args.py is "
+    "compiled once per recipe that changes it, ~0.09 s each unloaded). A parse plus `symtable` is about "
+    "half as dear but misses the compiler's own errors (`return` outside a function), so it was left.",
     "- diffs.unified: difflib on the whole 5,000-line file for a 10-line change; trimming the common head "
     "and tail (and offsetting the hunk numbers) would make the diff ~free.",
 ]

@@ -55,6 +55,7 @@ from sm120patch.probes.environment.overlay import overlay
 from sm120patch.probes.evidence import stands_on
 
 MakeProbe = Callable[[Sequence[Arch], Any, str], "steps.Probe | None"]
+Planner = Callable[..., list[RecipePlan]]  # `planning.plan.plan`'s signature
 
 
 @dataclass
@@ -150,21 +151,25 @@ def plan_target(
     fi_new: FlashInferEnv | None,
     choice: Choice = Choice(),  # noqa: B008 - frozen
     fi_now: FlashInferEnv | None = None,
+    planner: Planner = plan,
 ) -> tuple[list[RecipePlan], FlashInferEnv | None, dict[str, Any]]:
     """One target's plan, the same for every layout and every command. New recipes are probed on
     FlashInfer as it will be: a FlashInfer target's own recipes on an overlay of the sources they
     leave, an SGLang target's on `fi_new` (the FlashInfer the FlashInfer recipes of this run leave);
     applied ones (stale or not) on the FlashInfer on disk now. Returns the plans, the FlashInfer
-    after them, and the proofs of the recipes that may be written."""
+    after them, and the proofs of the recipes that may be written. `planner` plans non-FlashInfer
+    targets (preflight passes the plan-result cache's; a FlashInfer target always gets `plan`: its
+    overlay needs the bytes)."""
     is_fi = t.package == "flashinfer"
     base = _fi_of(t, run) if is_fi else fi_new
     applied = steps.applied_reasons(journal, t)
-    plans = plan(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
+    planner = plan if is_fi else planner
+    plans = planner(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
     if choice.only or choice.exclude:
         # plan the chosen ones on their own, so their before-bytes are the tree's and not another
         # recipe's output; the others are still reported
         ids = {p.recipe.id for p in plans if choice.wants(p.recipe.id)}
-        plans = steps.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested)
+        plans = steps.replan(t, recipes, run.archs, applied, plans, ids, run.allow_untested, planner)
         for p in plans:
             if p.recipe.id in choice.exclude and p.status != APPLIED:
                 p.mark(EXCLUDED, f"excluded (--exclude): {p.reason}")
@@ -177,7 +182,7 @@ def plan_target(
         proofs = steps.block_failing(todo, run.probe(after))
         keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
         if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
-            plans = steps.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested)
+            plans = steps.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested, planner)
             if is_fi and not run.fixed and run.level != "none":
                 after = overlay(base, _package_changes(t, [p for p in plans if p.recipe.id in keep]))
     steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
@@ -222,15 +227,16 @@ def plan_many(
     *,
     only: Sequence[str] | None = None,
     exclude: Sequence[str] | None = None,
+    planner: Planner = plan,
 ) -> list[RecipePlan]:
     """The dry run over every target, in order; nothing is written. Exactly what `apply_many`
-    would do, up to the writes (the same `plan_target`)."""
+    would do, up to the writes (the same `plan_target`; `planner`: see there)."""
     fi = now = run.fi
     choice = Choice.of(only, [*(exclude or ()), *run.exclude])
     out: list[RecipePlan] = []
     for t in ordered(targets):
         journal = Journal.open(t.root)
-        plans, after, _ = plan_target(t, recipes, run, journal, fi, choice, now)
+        plans, after, _ = plan_target(t, recipes, run, journal, fi, choice, now, planner)
         if t.package == "flashinfer":
             fi, now = after, _fi_of(t, run) or now
             note_shadowing_builds(t, plans)

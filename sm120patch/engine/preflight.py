@@ -137,7 +137,8 @@ def _note_backport(
     except UserError:
         return  # not a tree sm120patch can patch (no version, say): nothing to advise
     both = [*fi_targets, *targets]
-    planned = {p.recipe.id: p for p in plan_many(both, recipes, RunSettings(list(archs), fi, level, make_probe))}
+    run = RunSettings(list(archs), fi, level, make_probe)
+    planned = {p.recipe.id: p for p in plan_many(both, recipes, run, planner=_cached_plan)}
     fixes = [i for i, p in planned.items() if p.recipe.package == "flashinfer" and p.status == APPLICABLE]
     for r in blocked:
         if fixes and (p := planned.get(r["id"])) is not None and p.status == APPLICABLE:
@@ -147,6 +148,22 @@ def _note_backport(
                 "each probed), or upgrade FlashInfer"
             )
             r["needs_recipes"] = fixes
+
+
+def _cached_plan(
+    target: Target,
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    applied: dict[str, str] | None = None,
+    allow_untested: bool = False,
+) -> list[RecipePlan]:
+    """`plan`, with the statuses from the plan-result cache (`plan_statuses`): the backport note
+    reads statuses only, so a warm pre-flight parses none of the SGLang files again."""
+    if allow_untested:  # not keyed by the cache
+        from sm120patch.planning.plan import plan
+
+        return plan(target, recipes, archs, applied=applied, allow_untested=True)
+    return plan_statuses(target, recipes, archs, applied=applied)
 
 
 def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict[str, Any]) -> None:

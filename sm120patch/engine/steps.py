@@ -165,10 +165,12 @@ def replan(
     plans: list[RecipePlan],
     ids: set[str],
     allow_untested: bool,
+    planner: Callable[..., list[RecipePlan]] = plan,
 ) -> list[RecipePlan]:
-    """`plans`, with the recipes in `ids` planned again on their own (same order, same others)."""
+    """`plans`, with the recipes in `ids` planned again on their own (same order, same others),
+    by `planner` (`plan`'s signature; preflight's serves statuses from the plan-result cache)."""
     chosen = [r for r in recipes if r.id in ids]
-    alone = {p.recipe.id: p for p in plan(target, chosen, archs, applied=applied, allow_untested=allow_untested)}
+    alone = {p.recipe.id: p for p in planner(target, chosen, archs, applied=applied, allow_untested=allow_untested)}
     for p in plans:  # keep what the first plan learned (the probe's verdicts)
         if p.recipe.id in alone and p.probe:
             alone[p.recipe.id].probe = p.probe

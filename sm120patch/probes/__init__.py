@@ -20,15 +20,13 @@ from typing import Any
 from sm120patch.arch import Arch
 from sm120patch.catalogue.kernels import Kernel, get_kernel
 from sm120patch.errors import UserError
-from sm120patch.probes.artifact import jit_module_files, scan_cubins, scan_paths
-from sm120patch.probes.build import check_build
 from sm120patch.probes.environment.flashinfer import FlashInferEnv
-from sm120patch.probes.evidence import changes, fingerprint
-from sm120patch.probes.run.rung import check_run, run_fingerprint
 from sm120patch.probes.rungs import RESULTS, RUNGS, Step, rung_index
-from sm120patch.probes.spec import Ask, build_ask, check_spec, prefetch
-from sm120patch.probes.static import check_static
 from sm120patch.probes.verdict_cache import ProbeCache, default_cache_dir
+
+# The rungs (artifact, build, evidence, run, spec, static) are imported where a probe climbs, not
+# here: importing any `sm120patch.probes.*` module runs this file, and `plan --probe none` (the CLI's
+# common options, the engine) only needs the light ones.
 
 __all__ = [
     "RESULTS",
@@ -81,6 +79,8 @@ class Verdict:
 
 
 def _artifact(kernel: Kernel, arch: Arch, fi: FlashInferEnv) -> Step:
+    from sm120patch.probes.artifact import jit_module_files, scan_paths
+
     roots = [p for p in (fi.jit_cache_dir, *fi.user_cache_dirs) if p]
     scan = scan_paths(jit_module_files(roots, kernel.jit_modules))
     sm = arch.major * 10 + arch.minor
@@ -96,6 +96,8 @@ def _absent(kernel: Kernel, arch: Arch, fi: FlashInferEnv, top: int) -> tuple[st
     head = kernel.why.strip().splitlines()[0]
     reason = f"kernels.toml: {kernel.id} does not exist for {arch.name} ({head})"
     if top >= rung_index("artifact") and fi.cubin_dir and kernel.cubin_globs:
+        from sm120patch.probes.artifact import scan_cubins
+
         scan = scan_cubins(fi.cubin_dir, kernel.cubin_globs)
         sm = arch.major * 10 + arch.minor
         if sm in scan.sms:
@@ -115,6 +117,9 @@ def _cache_key(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str) -> str
     the arch, the FlashInfer (version, where, which interpreter) and the bytes of the files
     the static rung reads. What higher rungs read (the headers a build compiled) is in the
     verdict's evidence and checked on every hit."""
+    from sm120patch.probes.evidence import fingerprint
+    from sm120patch.probes.run.rung import run_fingerprint
+
     return ProbeCache.key(
         {
             "kernel": repr(kernel),
@@ -144,6 +149,8 @@ def probe_kernel(
     """Climb the ladder for one kernel and arch, up to `level` (default: safe without a GPU)."""
     if level not in RUNGS:
         raise UserError(f"--probe {level!r}: unknown level; use one of {', '.join(RUNGS)}")
+    from sm120patch.probes.evidence import changes
+
     start = time.monotonic()
     kernel = get_kernel(kernel_id, catalogue)
     if not fi.found:
@@ -162,6 +169,12 @@ def probe_kernel(
 
 
 def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str, cache: ProbeCache | None) -> Verdict:
+    from sm120patch.probes.build import check_build
+    from sm120patch.probes.evidence import fingerprint
+    from sm120patch.probes.run.rung import check_run
+    from sm120patch.probes.spec import check_spec
+    from sm120patch.probes.static import check_static
+
     top = rung_index(level)
     where = {"version": fi.version, "location": fi.location, "python": fi.python, "source": fi.source}
     evidence = {"flashinfer": where, "files": fingerprint(fi, kernel)}
@@ -240,6 +253,10 @@ def prefetch_spec(
     not one per check), skipping those a cached verdict or the catalogue already answers."""
     if level not in RUNGS or rung_index(level) < rung_index("spec") or not fi.found or not fi.python:
         return
+    from sm120patch.probes.evidence import changes
+    from sm120patch.probes.spec import Ask, build_ask, prefetch
+    from sm120patch.probes.static import check_static
+
     commands = rung_index(level) >= rung_index("build")
     asks = []
     for kid in dict.fromkeys(kernel_ids):

@@ -26,6 +26,7 @@ from sm120patch.transforms.base import (
     unknown_keys,
 )
 from sm120patch.transforms.bindings import ensure_bound
+from sm120patch.transforms.rewrite import find_ifs
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -117,14 +118,7 @@ class AddCondition(Transform):
 
 
 def _ifs(fn: cst.FunctionDef) -> list[cst.If]:
-    found: list[cst.If] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            found.append(node)
-
-    fn.body.visit(_V())
-    return found
+    return find_ifs(fn)  # a statement walk: a visitor would rebuild every node of the body
 
 
 def _and_terms(test: cst.BaseExpression) -> list[cst.BaseExpression]:

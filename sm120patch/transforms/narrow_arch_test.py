@@ -19,6 +19,7 @@ from sm120patch.transforms.base import (
     unknown_keys,
 )
 from sm120patch.transforms.bindings import ensure_bound, rename_token
+from sm120patch.transforms.rewrite import find_ifs
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -104,11 +105,4 @@ class NarrowArchTest(Transform):
 
 
 def _if_tests(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    tests: list[cst.BaseExpression] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            tests.append(node.test)
-
-    fn.body.visit(_V())
-    return tests
+    return [node.test for node in find_ifs(fn)]  # a statement walk, not a visitor that rebuilds the body

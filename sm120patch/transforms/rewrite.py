@@ -76,6 +76,25 @@ def find_functions(module: cst.Module, names: Sequence[str]) -> Located:
     return found
 
 
+def find_ifs(fn: cst.FunctionDef) -> list[cst.If]:
+    """Every `if` statement (an `elif` too) in a def's body, in source order: what a libcst
+    visitor's `visit_If` sees, found like `find_functions` by walking statements only (an `if`
+    is always a statement), so no expression node is visited or rebuilt."""
+    found: list[cst.If] = []
+    clauses = _clauses()
+
+    def walk(node: cst.CSTNode) -> None:
+        if isinstance(node, cst.If):
+            found.append(node)
+        for child in _blocks(node):
+            if isinstance(child, clauses):
+                walk(child)
+
+    if isinstance(fn.body, cst.IndentedBlock):
+        walk(fn.body)
+    return found
+
+
 @functools.cache
 def _splice_class() -> type:
     """The transformer `replace_nodes` runs, defined on first use (libcst loads lazily)."""

@@ -99,3 +99,37 @@ def test_preflight_with_a_flashinfer_tree_beside_names_the_backport_that_apply_w
     assert 12 in majors(fi)
     chains = [c for f in sorted(tree.rglob("communicator.py")) for c in gates.chains_admit(f, RUNTIME_FNS, 12)]
     assert chains and all(chains)
+
+
+def test_warm_preflight_parses_no_sglang_file_for_the_backport_note(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A warm pre-flight serves the FlashInfer-backport note's SGLang plan from the plan-result
+    cache: it parses none of the SGLang files (it once re-planned the pair with libcst on every
+    run, ~100x slower). Counted (the libcst modules asked for, per file), not timed; the note
+    itself must stay."""
+    from sm120patch.cli import run
+    from sm120patch.planning import plan as planning
+
+    tree = fetch_or_skip("sglang", "0.5.9", tmp_path / "src", layout="git")
+    fi = unpacked("flashinfer-python", "0.6.3")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    parsed: list[Path] = []
+    module = planning.Workspace.module
+
+    def counting(self: planning.Workspace, path: Path) -> object:  # every libcst module a plan asks for
+        parsed.append(Path(path))
+        return module(self, path)
+
+    monkeypatch.setattr(planning.Workspace, "module", counting)
+    args = ["preflight", str(tree), "--arch", "sm_120", "--no-torch", "--no-census", "--flashinfer", str(fi)]
+    args += ["--report", str(tmp_path / "r.json")]
+    assert run(args) == 1  # b12x stays blocked on FlashInfer 0.6.3
+    cold = [p for p in parsed if tree in p.parents]
+    assert cold, "the counter saw no SGLang parse on a cold run: it counts nothing"
+    first = json.loads((tmp_path / "r.json").read_text())
+    parsed.clear()
+    assert run(args) == 1
+    assert [p for p in parsed if tree in p.parents] == []
+    rows = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["recipes"]}
+    assert "opens with the FlashInfer backport" in rows["sglang-allreduce-fusion-sm120"]["advice"]
+    strip = lambda rows: {r["id"]: {k: v for k, v in r.items() if k != "probe"} for r in rows}  # noqa: E731
+    assert strip(rows.values()) == strip(first["recipes"])  # verdicts differ in timing and cache flags only

@@ -29,7 +29,7 @@ from sm120patch.planning.locate import PackageIndex
 from sm120patch.planning.plan import plan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import discover
-from sm120patch.transforms.rewrite import find_functions, replace_nodes
+from sm120patch.transforms.rewrite import find_functions, find_ifs, replace_nodes
 from tests.unit.sglang_fakes import ALLREDUCE, AUTOTUNE, MOE, SERVER_ARGS_REL, make_sglang
 
 NESTED = """\
@@ -120,6 +120,79 @@ def test_find_functions_matches_a_full_visitor() -> None:
             assert chain[0] is module
             for parent, child in zip(chain, (*chain[1:], fn), strict=True):
                 assert any(c is child for c in parent.children)
+
+
+IFS = """\
+def h(x):
+    if a:
+        if b:
+            pass
+        elif c:
+            if d: pass
+        else:
+            pass
+    try:
+        if e:
+            pass
+    except* ValueError:
+        if f:
+            pass
+    else:
+        if g:
+            pass
+    finally:
+        if k:
+            pass
+    with m:
+        for i in x:
+            if n:
+                pass
+        else:
+            if o:
+                pass
+        while p:
+            if q:
+                pass
+    match x:
+        case 1:
+            if r:
+                pass
+    class C:
+        if s:
+            pass
+
+        @deco(lambda: t if u else v)
+        def inner(self, y=(w if z else 0)):
+            if y:
+                return [j for j in y if j]
+    return (lambda: aa if bb else cc)()
+
+
+def one_line(): return 1 if x else 2
+"""
+
+
+def _visitor_ifs(fn: cst.FunctionDef) -> list[cst.If]:
+    found: list[cst.If] = []
+
+    class V(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            found.append(node)
+
+    fn.body.visit(V())
+    return found
+
+
+def test_find_ifs_matches_a_full_visitor() -> None:
+    """The statement walk finds every `if` a visitor does, the same nodes in the same order
+    (add_condition and narrow_arch_test use it; a visitor rebuilt every node of the body)."""
+    for source in (IFS, NESTED):
+        module = cst.parse_module(source)
+        fns = [fn for fn, _ in find_functions(module, ["h", "one_line", "f", "g", "inner"])]
+        assert any(_visitor_ifs(fn) for fn in fns)
+        for fn in fns:
+            assert [id(n) for n in find_ifs(fn)] == [id(n) for n in _visitor_ifs(fn)]
+    assert len(find_ifs(find_functions(cst.parse_module(IFS), ["h"])[0][0])) == 14  # a b c d e f g k n o q r s y
 
 
 def _full_swap(module: cst.Module, mapping: dict[cst.CSTNode, cst.CSTNode]) -> cst.Module:
