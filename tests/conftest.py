@@ -51,7 +51,7 @@ def requires(ok: bool, why: str) -> None:
 
 
 # tools every CI box has; a missing one is `unavailable` (fails in CI), never a silent skip
-CI_TOOLS = ("git", "patch", "setpriv", "c++", "nm")
+CI_TOOLS = ("git", "patch", "setpriv", "c++", "nm", "nvcc", "objcopy", "cc")
 
 
 def needs_tool(name: str, why: str = "") -> str:

@@ -35,7 +35,7 @@ import pytest
 from sm120patch import census
 from sm120patch.arch import Arch
 from sm120patch.census import render, scan
-from tests.conftest import fetch_or_skip, pristine_or_skip, unavailable
+from tests.conftest import fetch_or_skip, needs_tool, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
 
@@ -215,9 +215,7 @@ def test_a_cpu_torch_is_named_as_such(tmp_path: Path) -> None:
     the census says so instead of listing nothing. Built here, not installed: `pip install
     torch==2.13.0` from PyPI on Linux x86_64 is the CUDA 13.0 build (`+cu130`, gigabytes), so the
     CPU case is a dist-info of its own whose libraries are host ELFs cc builds without a fatbin."""
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("cc is not on PATH (it builds the CPU library)")
+    cc = needs_tool("cc", "it builds the CPU library")
     site = tmp_path / "site"
     lib = site / "torch" / "lib"
     lib.mkdir(parents=True)

@@ -19,7 +19,7 @@ from sm120patch.probes import ProbeCache, Verdict, probe_kernel
 from sm120patch.probes.environment.device import detect
 from sm120patch.probes.environment.flashinfer import from_python
 from sm120patch.probes.run.rung import check_run
-from tests.conftest import requires
+from tests.conftest import needs_tool, requires
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.gpu
 def machine() -> tuple[Counter[Arch], str]:
     gpus = detect(with_torch=False).gpus
     requires(bool(gpus), "no NVIDIA GPU here (NVML and nvidia-smi found none)")
-    requires(shutil.which("nvcc") is not None, "no nvcc on PATH for FlashInfer's JIT")
+    needs_tool("nvcc", "FlashInfer's JIT on the GPU")
     python = os.environ.get("SM120PATCH_GPU_PYTHON") or shutil.which("python3") or "python3"
     return Counter(g.arch for g in gpus), python
 

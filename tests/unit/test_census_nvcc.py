@@ -27,7 +27,7 @@ from sm120patch.census import ptxas as census_ptxas
 from sm120patch.census import render as census_render
 from sm120patch.census import scan
 from sm120patch.probes.environment.elf import read_file_code
-from tests.conftest import requires
+from tests.conftest import needs_tool, requires
 
 KERNEL = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
 # file -> nvcc flags; "cubin" files are loose cubins (nvcc --cubin), the rest host .so files
@@ -76,9 +76,9 @@ def built() -> Path:
 
 def build_fatbins() -> Path:
     """The files of BUILDS, built once (kept in the cache, keyed by nvcc's version and the flags)."""
-    nvcc = shutil.which("nvcc")
-    requires(nvcc is not None, "nvcc is not on PATH (it is on every CI box and dev machine here)")
-    assert nvcc is not None
+    nvcc = needs_tool(
+        "nvcc", "the census fixtures are built with nvcc (CI's machines have it: tests/conftest.py CI_TOOLS)"
+    )
     version = _nvcc_version(nvcc)
     key = hashlib.sha256(json.dumps([version, KERNEL, BUILDS]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("SM120PATCH_CACHE", Path.home() / ".cache" / "sm120patch")) / "census-nvcc" / key
@@ -247,9 +247,7 @@ def test_progress_only_after_two_seconds() -> None:
 
 def test_triton_ptxas_is_found_and_asked_its_version(tmp_path: Path) -> None:
     """The real ptxas next to nvcc, placed where Triton bundles its own; then TRITON_PTXAS_PATH wins."""
-    nvcc = shutil.which("nvcc")
-    requires(nvcc is not None, "nvcc (and its ptxas) is not on PATH")
-    assert nvcc is not None
+    nvcc = needs_tool("nvcc", "the real ptxas next to nvcc is what Triton's lookup is checked against")
     real = next((p for p in (shutil.which("ptxas"), "/usr/local/cuda/bin/ptxas") if p and Path(p).exists()), None)
     requires(real is not None, "no ptxas next to nvcc")
     version = _nvcc_version(nvcc)

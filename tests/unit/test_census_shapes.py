@@ -33,7 +33,7 @@ import pytest
 from sm120patch import census
 from sm120patch.arch import Arch
 from sm120patch.probes.environment.elf import read_file_code
-from tests.conftest import requires
+from tests.conftest import needs_tool
 
 K = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
 G = 'extern "C" __global__ void g(float* x) { x[threadIdx.x] *= 2.0f; }\n'
@@ -51,10 +51,9 @@ def _run(cmd: list[str], cwd: Path) -> None:
 @pytest.fixture(scope="session")
 def shapes() -> Path:
     """multi.so, lto_90.fatbin and lto_90.so, built once (cached by nvcc's version and the flags)."""
-    nvcc = shutil.which("nvcc")
-    requires(nvcc is not None, "nvcc is not on PATH")
-    requires(shutil.which("objcopy") is not None and shutil.which("cc") is not None, "objcopy and cc are needed")
-    assert nvcc is not None
+    nvcc = needs_tool("nvcc", "the census shapes are built with nvcc")
+    needs_tool("objcopy", "the loose fatbin is cut out of an object with objcopy")
+    needs_tool("cc", "the nvJitLink stand-in is built with cc")
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(json.dumps([version, K, G, K_FLAGS, G_FLAGS, LTO_FLAGS, "jitlink"]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("SM120PATCH_CACHE", Path.home() / ".cache" / "sm120patch")) / "census-shapes" / key

@@ -31,7 +31,7 @@ from sm120patch.probes.run import timing as run_timing
 from sm120patch.probes.run.ranks import Child, Run
 from sm120patch.probes.run.rung import CHECKS, CHECKS_DIR, CHECKS_ENV, check_run, run_fingerprint
 from sm120patch.probes.run.verdict import judge_ranks
-from tests.conftest import pristine_or_skip, requires
+from tests.conftest import needs_tool, pristine_or_skip, requires
 from tests.integration.fi_releases import spec_venv
 from tests.integration.test_run_gpu import reached_the_run_rung
 from tests.unit.cli_entry import SM120PATCH
@@ -247,7 +247,7 @@ def _two_gpus() -> tuple:
     """An arch with 2 GPUs here and a FlashInfer to run them with, or a skip saying what is missing."""
     gpus = detect(with_torch=False).gpus
     requires(len(gpus) >= 2, f"needs 2 NVIDIA GPUs of one arch; NVML/nvidia-smi found {len(gpus)}")
-    requires(shutil.which("nvcc") is not None, "no nvcc on PATH for FlashInfer's JIT")
+    needs_tool("nvcc", "FlashInfer's JIT on the GPUs")
     arch = gpus[0].arch
     requires(sum(g.arch == arch for g in gpus) >= 2, "needs 2 GPUs of one arch")
     fi = from_python(os.environ.get("SM120PATCH_GPU_PYTHON") or shutil.which("python3") or "python3")
