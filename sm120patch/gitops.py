@@ -120,17 +120,36 @@ def git_reason(stderr: str) -> str:
     return rest[-1] if rest else ""
 
 
+def _undo_clone(dest: Path, existed: bool) -> None:
+    """Take back what a failed clone left (a bad ref fails after the clone landed): the folder was
+    empty or absent before, so everything in it is ours. An empty folder the user made stays."""
+    import shutil
+
+    if not dest.is_dir() or dest.is_symlink():
+        return
+    if not existed:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for child in dest.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def clone(source: str, dest: Path) -> dict[str, Any]:
     import git
 
     url, ref = split_ref(source)
-    if dest.exists() and any(dest.iterdir()):
+    existed = dest.exists()
+    if existed and any(dest.iterdir()):
         raise UserError(f"{dest}: exists and is not empty; pick a new folder for the clone")
     try:
         repo = git.Repo.clone_from(url, dest)
         if ref:
             repo.git.checkout(ref)
     except git.GitCommandError as e:
+        _undo_clone(dest, existed)
         reason = git_reason(str(e.stderr or "")) or f"git exit status {e.status}"
         raise UserError(
             f"{source}: git clone/checkout failed ({reason}); check the URL and the ref (tag, branch or commit)"

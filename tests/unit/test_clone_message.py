@@ -50,3 +50,41 @@ def test_a_host_that_cannot_resolve_is_named(tmp_path: Path) -> None:
 )
 def test_git_reason_is_the_fatal_line(stderr: str, reason: str) -> None:
     assert git_reason(stderr) == reason
+
+
+def _local_repo(where: Path) -> Path:
+    """A one-commit repository of our own: the clone's source, no network."""
+    src = where / "src"
+    src.mkdir()
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    import os
+
+    env = {**os.environ, **env}
+    subprocess.run(["git", "init", "-q", str(src)], check=True, env=env)
+    (src / "a.txt").write_text("a\n")
+    subprocess.run(["git", "-C", str(src), "add", "a.txt"], check=True, env=env)
+    subprocess.run(["git", "-C", str(src), "commit", "-q", "-m", "a"], check=True, env=env)
+    return src
+
+
+@pytest.mark.needs("git")
+@pytest.mark.parametrize("made_by_user", [False, True])
+def test_a_bad_ref_leaves_no_clone_behind(tmp_path: Path, made_by_user: bool) -> None:
+    # the clone itself succeeds; the checkout of the ref fails after it landed
+    src = _local_repo(tmp_path)
+    dest = tmp_path / "dest"
+    if made_by_user:
+        dest.mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "sm120patch", "clone", f"{src}@no-such-ref", str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no-such-ref" in r.stderr, r.stderr
+    # an empty folder the user made is kept, empty; one the clone made is gone
+    assert dest.is_dir() == made_by_user
+    assert not made_by_user or list(dest.iterdir()) == []
+    assert (src / "a.txt").read_text() == "a\n"
