@@ -66,7 +66,8 @@ class Action:
 
     def line(self, width: int = 0) -> str:
         """One line a user reads: the kind, the recipe, and why."""
-        where = f" ({', '.join(self.files)})" if self.files and self.kind == ActionKind.WRITE else ""
+        unsaid = [f for f in self.files if f not in self.reason]
+        where = f" ({', '.join(self.files)})" if unsaid else ""
         return f"{self.kind.value:<18} {self.recipe:<{width}}  {self.reason}{where}"
 
 

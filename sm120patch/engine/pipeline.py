@@ -27,6 +27,7 @@ back every byte it wrote in every target before it exits.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,7 @@ def plan_target(
     fi_now: FlashInferEnv | None = None,
     planner: Planner = plan,
     checks_out: dict[str, Recheck] | None = None,
+    without: frozenset[str] = frozenset(),
 ) -> tuple[list[RecipePlan], FlashInferEnv | None, dict[str, Any]]:
     """One target's plan, the same for every layout and every command. New recipes are probed on
     FlashInfer as it will be: a FlashInfer target's own recipes on an overlay of the sources they
@@ -161,11 +163,15 @@ def plan_target(
     applied ones (stale or not) on the FlashInfer on disk now. Returns the plans, the FlashInfer
     after them, and the proofs of the recipes that may be written. `planner` plans non-FlashInfer
     targets (preflight passes the plan-result cache's; a FlashInfer target always gets `plan`: its
-    overlay needs the bytes). `checks_out` receives the applied recipes' rechecks."""
+    overlay needs the bytes). `checks_out` receives the applied recipes' rechecks. `without`: applied
+    recipes planned as if rolled back first (the reconciler's view of what apply takes back)."""
     is_fi = t.package == "flashinfer"
     base = _fi_of(t, run) if is_fi else fi_new
     applied = steps.applied_reasons(journal, t)
     planner = plan if is_fi else planner
+    if without & set(applied):
+        planner = functools.partial(plan, read=_read_after_rollback(journal, t, recipes, applied, without))
+        applied = {k: v for k, v in applied.items() if k not in without}
     plans = planner(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
     if choice.only or choice.exclude:
         # plan the chosen ones on their own, so their before-bytes are the tree's and not another
@@ -191,6 +197,23 @@ def plan_target(
     if checks_out is not None:
         checks_out.update(checks)
     return plans, after, proofs
+
+
+def _read_after_rollback(
+    journal: Journal, t: Target, recipes: Sequence[Recipe], applied: dict[str, str], without: frozenset[str]
+) -> Callable[[Path], bytes]:
+    """How a file reads once the recipes in `without` are rolled back (the kept ones replayed over
+    the originals, as `steps.rollback_locked` writes them), without writing it."""
+    entries = [a.raw for a in journal.entries(t.package) if a.id in applied]
+    touched = sorted({rel for a in entries if a["id"] in without for rel in a.get("files") or ()})
+    keep = [a for a in entries if a["id"] not in without]
+    new = steps.replay(journal, t, recipes, None, keep, touched)
+
+    def read(path: Path) -> bytes:
+        rel = t.rel(path)
+        return new[rel] if rel in new else path.read_bytes()
+
+    return read
 
 
 def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
@@ -305,7 +328,12 @@ def reconcile(
         if t.package == "flashinfer" and stale:
             why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
             take_back_dependents(t, [entries[i].raw for i in stale], why)
-        todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+        taken = frozenset(gone | set(stale)) & set(entries)
+        if taken:  # what apply plans once those are rolled back: the tree's bytes after the rollback
+            _, after, proofs = again = plan_target(t, recipes, run, journal, fi, choice, now, planner, without=taken)
+            todo = [p for p in again[0] if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+        else:
+            todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
         actions += _write_actions(t, todo, proofs, run, commit, fi_applied, fi)
         if t.package == "flashinfer":
             fi, now = after, _fi_of(t, run) or now

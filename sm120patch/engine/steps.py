@@ -290,7 +290,7 @@ def rollback_locked(
             "those edits. Pass --force to restore anyway (your version is kept in .sm120patch/saved/)"
         )
     kept_copies = [str(journal.keep_copy(rel)) for rel in edited if (target.root / rel).exists()]
-    new = _replay(journal, target, recipes, arch, keep, touched)
+    new = replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]
     started = [a["git"] for a in drop if isinstance(a.get("git"), dict)]
@@ -308,7 +308,7 @@ def rollback_locked(
     }
 
 
-def _replay(
+def replay(
     journal: Journal,
     target: Target,
     recipes: Sequence[Recipe],
@@ -371,7 +371,7 @@ def _commit(
     order = [a["id"] for a in journal.applied]
     for p in plans:
         upto = journal.applied[: order.index(p.recipe.id) + 1]
-        state = _replay(journal, target, recipes, archs, upto, sorted(p.changes))
+        state = replay(journal, target, recipes, archs, upto, sorted(p.changes))
         for rel, data in sorted(state.items()):
             mode = "100755" if (target.root / rel).stat().st_mode & 0o111 else "100644"
             digest = repo.odb.store(IStream("blob", len(data), io.BytesIO(data))).hexsha.decode()

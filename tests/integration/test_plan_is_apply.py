@@ -72,3 +72,32 @@ def test_apply_carries_out_exactly_the_actions_plan_printed(tmp_path: Path, vers
 
     assert sm("plan", sg, fit, *COMMON)["actions"] == []
     assert sm("apply", sg, fit, *COMMON)["actions"] == []
+
+
+def _reinstall(package: str, version: str, tree: Path) -> list[str]:
+    """What `pip install --force-reinstall` does to a patched tree: the release's own bytes back."""
+    src = pristine(package, version)
+    changed = differences(package, version, tree)
+    for rel in changed:
+        (tree / rel).unlink()
+        shutil.copyfile(src / rel, tree / rel)
+    return changed
+
+
+@pytest.mark.parametrize(("version", "fi"), [("0.5.9", "0.6.3"), ("0.5.17", "0.6.15.post1")])
+def test_after_pip_put_flashinfer_back_apply_does_what_plan_said(tmp_path: Path, version: str, fi: str) -> None:
+    """The take-backs too: pip reinstalled the FlashInfer the allreduce gate stands on, so plan says
+    the entry is retired, the SGLang recipe standing on it rolled back, and both written again;
+    apply then reports exactly that list and leaves both trees as the first apply did."""
+    sg = fetch_or_skip("sglang", version, tmp_path / "sglang")
+    fit = fetch_or_skip("flashinfer", fi, tmp_path / "flashinfer")
+    sm("apply", sg, fit, *COMMON)
+    first = {rel: (sg / rel).read_bytes() for rel in differences("sglang", version, sg)}
+    assert _reinstall("flashinfer", fi, fit), "the backport wrote nothing to take back"
+    actions = sm("plan", sg, fit, *COMMON)["actions"]
+    kinds = [(a["kind"], a["package"]) for a in actions]
+    assert kinds[:2] == [("retire", "flashinfer"), ("rollback-dependent", "sglang")], kinds
+    assert ("write", "flashinfer") in kinds and ("write", "sglang") in kinds, kinds
+    done = sm("apply", sg, fit, *COMMON)
+    assert done["actions"] == actions
+    assert {rel: (sg / rel).read_bytes() for rel in differences("sglang", version, sg)} == first
