@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sm120patch.arch import Arch
     from sm120patch.catalogue.recipes import Recipe
     from sm120patch.cli.options import TreeOptions
+    from sm120patch.engine.actions import Action
     from sm120patch.planning.plan import RecipePlan
     from sm120patch.planning.targets import Target
 
@@ -106,15 +107,17 @@ def report(
     extra: dict[str, Any] | None = None,
     stat: bool = False,
     ok_blocked: bool = False,
+    actions: Sequence[Action] | None = None,
 ) -> int:
-    """Print the plans (statuses, then the diff: whole, or with `stat` one line per file) or
-    their JSON; returns the exit code their statuses call for."""
+    """Print the plans (statuses, then `actions`: what an apply does, then the diff: whole, or
+    with `stat` one line per file) or their JSON; returns the exit code their statuses call for."""
     if as_json:
         emit_json(
             {
                 "arch": ",".join(a.name for a in archs),
                 "targets": [t.to_dict() for t in targets],
                 "recipes": [p.to_dict() for p in plans],
+                **({"actions": [a.to_dict() for a in actions]} if actions is not None else {}),
                 **(extra or {}),
             }
         )
@@ -131,6 +134,12 @@ def report(
             if colour:
                 status = click.style(status, fg=status_colour(p.status))
             click.echo(f"  {status} {p.recipe.id:<{width}}  {p.reason}")
+        if actions is not None and show_diff:
+            from sm120patch.engine.actions import render
+
+            click.echo("")
+            for line in render(actions):
+                click.echo(line)
         if show_diff and stat:
             _print_stat(plans)
         elif show_diff:

@@ -31,6 +31,7 @@ from sm120patch.status import APPLIED
 
 if TYPE_CHECKING:
     from sm120patch.arch import Arch
+    from sm120patch.engine.actions import Action
     from sm120patch.planning.plan import RecipePlan
     from sm120patch.planning.targets import Target
 
@@ -52,17 +53,18 @@ def plan_cmd(opts: TreeOptions, no_diff: bool, stat: bool) -> int:
     applied one whose kernels are gone from the FlashInfer now in front of it, `stale`
     (exit 1, with the rollback command).
     """
-    from sm120patch.engine.pipeline import RunSettings, plan_many
+    from sm120patch.engine.pipeline import RunSettings, reconcile
 
     recipes, targets, archs, arch_note = common.inputs(opts)
     run = RunSettings.probing(targets, archs, opts.level, opts.flashinfer, opts.python, opts.allow_untested)
-    plans = plan_many(targets, recipes, run, exclude=opts.exclude)
+    decided = reconcile(targets, recipes, run, exclude=opts.exclude)
+    plans = decided.plans
     common.say_arch(archs, arch_note, opts.as_json)
     killed = common.interrupted(targets)
     if killed and not opts.as_json:
         click.echo(killed, err=True)
     code = report(archs, targets, plans, opts.as_json, show_diff=not no_diff, ok_blocked=opts.ok_blocked, stat=stat,
-                  extra={"interrupted": killed} if killed else None)  # fmt: skip
+                  extra={"interrupted": killed} if killed else None, actions=decided.actions)  # fmt: skip
     return EXIT_FAILED if killed else code
 
 
@@ -124,10 +126,13 @@ def apply_cmd(
     recipes, targets, archs, arch_note = common.inputs(opts, only)
     common.say_arch(archs, arch_note, opts.as_json)
     run = RunSettings.probing(targets, archs, opts.level, opts.flashinfer, opts.python, opts.allow_untested)
+    done: list[Action] = []
     plans = apply_many(
-        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=opts.exclude
-    )
-    code = report(archs, targets, plans, opts.as_json, show_diff=False, ok_blocked=opts.ok_blocked)
+        targets, recipes, run, force=force, commit=commit, wait_s=wait_s, only=only or None, exclude=opts.exclude,
+        log=done,
+    )  # fmt: skip
+    extra = {"actions": [a.to_dict() for a in done]}  # what it carried out, in `plan`'s words
+    code = report(archs, targets, plans, opts.as_json, show_diff=False, ok_blocked=opts.ok_blocked, extra=extra)
     if not opts.as_json:
         _print_written(plans, show_diff and not no_diff)
     return code

@@ -27,6 +27,7 @@ back every byte it wrote in every target before it exits.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,9 @@ from typing import Any
 from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.engine import steps
+from sm120patch.engine.actions import Action, ActionKind
 from sm120patch.engine.journal import Applied, Dependent, Journal
-from sm120patch.engine.pipstate import Retired, retire
+from sm120patch.engine.pipstate import Retired, obsolete, retire
 from sm120patch.errors import JournalError, UserError
 from sm120patch.hints import rollback_command
 from sm120patch.planning.plan import (
@@ -52,7 +54,7 @@ from sm120patch.planning.plan import (
 from sm120patch.planning.targets import Target
 from sm120patch.probes.environment.flashinfer import FlashInferEnv, from_tree
 from sm120patch.probes.environment.overlay import overlay
-from sm120patch.probes.evidence import stands_on
+from sm120patch.probes.evidence import Recheck, stands_on
 
 MakeProbe = Callable[[Sequence[Arch], Any, str], "steps.Probe | None"]
 Planner = Callable[..., list[RecipePlan]]  # `planning.plan.plan`'s signature
@@ -152,6 +154,8 @@ def plan_target(
     choice: Choice = Choice(),  # noqa: B008 - frozen
     fi_now: FlashInferEnv | None = None,
     planner: Planner = plan,
+    checks_out: dict[str, Recheck] | None = None,
+    without: frozenset[str] = frozenset(),
 ) -> tuple[list[RecipePlan], FlashInferEnv | None, dict[str, Any]]:
     """One target's plan, the same for every layout and every command. New recipes are probed on
     FlashInfer as it will be: a FlashInfer target's own recipes on an overlay of the sources they
@@ -159,11 +163,15 @@ def plan_target(
     applied ones (stale or not) on the FlashInfer on disk now. Returns the plans, the FlashInfer
     after them, and the proofs of the recipes that may be written. `planner` plans non-FlashInfer
     targets (preflight passes the plan-result cache's; a FlashInfer target always gets `plan`: its
-    overlay needs the bytes)."""
+    overlay needs the bytes). `checks_out` receives the applied recipes' rechecks. `without`: applied
+    recipes planned as if rolled back first (the reconciler's view of what apply takes back)."""
     is_fi = t.package == "flashinfer"
     base = _fi_of(t, run) if is_fi else fi_new
     applied = steps.applied_reasons(journal, t)
     planner = plan if is_fi else planner
+    if without & set(applied):
+        planner = functools.partial(plan, read=_read_after_rollback(journal, t, recipes, applied, without))
+        applied = {k: v for k, v in applied.items() if k not in without}
     plans = planner(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
     if choice.only or choice.exclude:
         # plan the chosen ones on their own, so their before-bytes are the tree's and not another
@@ -185,8 +193,27 @@ def plan_target(
             plans = steps.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested, planner)
             if is_fi and not run.fixed and run.level != "none":
                 after = overlay(base, _package_changes(t, [p for p in plans if p.recipe.id in keep]))
-    steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
+    checks = steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
+    if checks_out is not None:
+        checks_out.update(checks)
     return plans, after, proofs
+
+
+def _read_after_rollback(
+    journal: Journal, t: Target, recipes: Sequence[Recipe], applied: dict[str, str], without: frozenset[str]
+) -> Callable[[Path], bytes]:
+    """How a file reads once the recipes in `without` are rolled back (the kept ones replayed over
+    the originals, as `steps.rollback_locked` writes them), without writing it."""
+    entries = [a.raw for a in journal.entries(t.package) if a.id in applied]
+    touched = sorted({rel for a in entries if a["id"] in without for rel in a.get("files") or ()})
+    keep = [a for a in entries if a["id"] not in without]
+    new = steps.replay(journal, t, recipes, None, keep, touched)
+
+    def read(path: Path) -> bytes:
+        rel = t.rel(path)
+        return new[rel] if rel in new else path.read_bytes()
+
+    return read
 
 
 def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
@@ -220,6 +247,15 @@ def _note_obsolete(journal: Journal, t: Target, plans: Sequence[RecipePlan]) -> 
             p.reason += f" [{said[p.recipe.id].state}: {said[p.recipe.id].why}]"
 
 
+@dataclass
+class Reconciliation:
+    """What a plan decided: each recipe's plan (what `plan` reports) and the actions an apply with
+    the same inputs carries out, in order (`actions.py`)."""
+
+    plans: list[RecipePlan]
+    actions: list[Action]
+
+
 def plan_many(
     targets: Sequence[Target],
     recipes: Sequence[Recipe],
@@ -229,20 +265,126 @@ def plan_many(
     exclude: Sequence[str] | None = None,
     planner: Planner = plan,
 ) -> list[RecipePlan]:
-    """The dry run over every target, in order; nothing is written. Exactly what `apply_many`
-    would do, up to the writes (the same `plan_target`; `planner`: see there)."""
+    """The dry run over every target, in order; nothing is written: `reconcile`'s plans."""
+    return reconcile(targets, recipes, run, only=only, exclude=exclude, planner=planner).plans
+
+
+def reconcile(
+    targets: Sequence[Target],
+    recipes: Sequence[Recipe],
+    run: RunSettings,
+    *,
+    only: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    commit: bool = False,
+    planner: Planner = plan,
+) -> Reconciliation:
+    """The whole change an apply with these inputs makes, decided from what is on disk (journals,
+    pip's versions and bytes, git) and what is wanted, writing nothing: the plans (the same
+    `plan_target` apply runs) and the actions in apply's order. Takes back what pip replaced or
+    what went stale, with the SGLang recipes standing on it, then writes and records what the
+    probe proves (`planner`: see `plan_target`)."""
     fi = now = run.fi
     choice = Choice.of(only, [*(exclude or ()), *run.exclude])
+    journals = {t.root: Journal.open(t.root) for t in targets}
     out: list[RecipePlan] = []
-    for t in ordered(targets):
-        journal = Journal.open(t.root)
-        plans, after, _ = plan_target(t, recipes, run, journal, fi, choice, now, planner)
+    order = ordered(targets)
+    retired = {(t.root, t.package): obsolete(journals[t.root], t) for t in order}
+    actions = [
+        Action(ActionKind.RETIRE, str(t.root), t.package, r.id, r.why, tuple(r.entry.get("files") or ()))
+        for t in order
+        for r in retired[(t.root, t.package)]
+    ]
+    dropped: dict[tuple[Path, str], set[str]] = {k: {r.id for r in rs} for k, rs in retired.items()}
+
+    def take_back_dependents(fi_target: Target, entries: Sequence[dict[str, Any]], why: str) -> None:
+        for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
+            gone = dropped.setdefault((sg.root, sg.package), set())
+            files = {a.id: a.files for a in journals[sg.root].entries("sglang")}
+            for i in [i for i in ids if i not in gone]:
+                gone.add(i)
+                actions.append(Action(ActionKind.ROLLBACK_DEPENDENT, str(sg.root), sg.package, i, why, files[i]))
+
+    for t in [t for t in targets if t.package == "flashinfer"]:
+        mine = [r.entry for r in retired[(t.root, t.package)]]
+        take_back_dependents(t, mine, f"proven on FlashInfer recipes pip replaced in {t.root}")
+    fi_applied: dict[str, dict[str, set[str]]] = {}  # FlashInfer location -> its recipes -> files changed
+    for t in order:
+        journal = journals[t.root]
+        checks: dict[str, Recheck] = {}
+        plans, after, proofs = plan_target(t, recipes, run, journal, fi, choice, now, planner, checks)
+        gone = dropped.get((t.root, t.package), set())
+        entries = {a.id: a for a in journal.entries(t.package)}
+        mine: list[Action] = []
+        stale = [i for i, c in checks.items() if not c.holds and i not in gone and i in entries]
+        for i, c in checks.items():
+            if c.holds and c.probe is not None and i not in gone:
+                mine.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, i, f"renewed: {c.reason}"))
+        for i in stale:
+            mine.append(
+                Action(ActionKind.ROLLBACK_STALE, str(t.root), t.package, i, checks[i].reason, entries[i].files)
+            )
+        actions += mine
+        if t.package == "flashinfer" and stale:
+            why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
+            take_back_dependents(t, [entries[i].raw for i in stale], why)
+        taken = frozenset(gone | set(stale)) & set(entries)
+        if taken:  # what apply plans once those are rolled back: the tree's bytes after the rollback
+            _, after, proofs = again = plan_target(t, recipes, run, journal, fi, choice, now, planner, without=taken)
+            todo = [p for p in again[0] if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+        else:
+            todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+        actions += _write_actions(t, todo, proofs, run, commit, fi_applied, fi)
         if t.package == "flashinfer":
             fi, now = after, _fi_of(t, run) or now
+            if fi is not None and not run.fixed:  # what apply records SGLang proofs against
+                held = {p.recipe.id for p in plans if p.status == APPLIED} - gone - set(stale)
+                files = {a.id: _changed_in_package(t, a) for a in journal.entries(t.package) if a.id in held}
+                files.update(
+                    {p.recipe.id: {(t.root / r).relative_to(t.package_dir).as_posix() for r in p.files} for p in todo}
+                )
+                fi_applied[fi.location] = files
             note_shadowing_builds(t, plans)
         _note_obsolete(journal, t, plans)
         out += plans
+    return Reconciliation(out, actions)
+
+
+def _write_actions(
+    t: Target,
+    todo: Sequence[RecipePlan],
+    proofs: dict[str, Any],
+    run: RunSettings,
+    commit: bool,
+    fi_applied: dict[str, dict[str, set[str]]],
+    fi: FlashInferEnv | None,
+) -> list[Action]:
+    """One target's writes, the proofs kept with them (an SGLang proof names the FlashInfer recipes
+    it stands on: `_record_dependents` records them), and with --commit on git, its commits."""
+    out = [Action(ActionKind.WRITE, str(t.root), t.package, p.recipe.id, p.reason, tuple(p.files)) for p in todo]
+    for p in todo:
+        if p.recipe.id in proofs:
+            on = _stands_on_of(p.probe, fi_applied, fi.location if fi else None) if t.package == "sglang" else []
+            why = proofs[p.recipe.id].reason + (f"; stands on {', '.join(on)}" if on else "")
+            out.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, p.recipe.id, why))
+    if commit and t.is_git:
+        branch = f"sm120patch/{'+'.join(a.name for a in run.archs)}"
+        out += [
+            Action(ActionKind.COMMIT, str(t.root), t.package, p.recipe.id, f"on {branch}", tuple(p.files)) for p in todo
+        ]
     return out
+
+
+def _stands_on_of(
+    verdicts: Sequence[dict[str, Any]], fi_applied: dict[str, dict[str, set[str]]], proven_on: str | None
+) -> list[str]:
+    """The FlashInfer recipes (applied, or written by this run) a proof made on `proven_on` read."""
+    return [
+        i
+        for where, held in fi_applied.items()
+        for i, changed in held.items()
+        if stands_on(verdicts, changed, proven_on or where)
+    ]
 
 
 @contextlib.contextmanager
@@ -328,6 +470,8 @@ def _journal_order(journals: dict[Path, Journal], targets: Sequence[Target]) -> 
 
 
 def _retire_all(journals: dict[Path, Journal], targets: Sequence[Target]) -> dict[str, Retired]:
+    """Drop what pip made obsolete from every journal: inside the command's transaction, so an
+    error or a kill puts the entries back with the bytes (the next run retires them again)."""
     return {r.id: r for t in ordered(targets) for r in retire(journals[t.root], t)}
 
 
@@ -341,12 +485,15 @@ def apply_many(
     wait_s: float = 0.0,
     only: Sequence[str] | None = None,
     exclude: Sequence[str] | None = None,
+    log: list[Action] | None = None,
 ) -> list[RecipePlan]:
     """apply over every target in order: FlashInfer probed on its overlay and written first,
-    then SGLang probed on the FlashInfer now on disk; all of it one transaction."""
+    then SGLang probed on the FlashInfer now on disk; all of it one transaction. `log` receives
+    the actions carried out, in order, in `reconcile`'s words (what `plan` printed)."""
     fi = run.fi
     choice = Choice.of(only, [*(exclude or ()), *run.exclude])
     out: list[RecipePlan] = []
+    did: list[Action] = [] if log is None else log
     fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
     roots = [t.root for t in targets]
     if commit:  # before a byte is written: a commit that cannot be made must not leave files changed
@@ -356,46 +503,74 @@ def apply_many(
             problem = identity_problem(t.root)
             if problem:
                 raise UserError(problem)
-    with _locked(roots, wait_s) as journals:
+    with _locked(roots, wait_s) as journals, all_or_nothing(_journal_order(journals, targets)):
         retired = _retire_all(journals, targets)
-        with all_or_nothing(_journal_order(journals, targets)):
-            gone: dict[Path, dict[str, str]] = {}
-            for t in [t for t in targets if t.package == "flashinfer"]:
-                mine = [r.entry for r in retired.values() if r.package == "flashinfer" and r.root == t.root]
-                why = f"proven on FlashInfer recipes pip replaced in {t.root}"
-                _take_back_dependents(journals, targets, recipes, t, mine, why, gone)
-            for t in ordered(targets):
-                journal = journals[t.root]
-                now = _fi_of(t, run) if t.package == "flashinfer" else fi
-                before = {a["id"]: a for a in journal.applied}
-                stale = steps.take_back_stale(journal, t, recipes, run.archs, run.probe(now))
-                if t.package == "flashinfer" and stale:
-                    why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
-                    _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone)
-                stale.update(gone.get(t.root, {}) if t.package == "sglang" else {})
-                plans, _, proofs = plan_target(t, recipes, run, journal, fi, choice, fi)
-                _name_conflicts(journal, t, plans, choice, run.archs)
-                if t.package == "flashinfer":
-                    _relocate(proofs, _fi_of(t, run))
-                todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-                steps.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
-                if t.package == "flashinfer":
-                    note_shadowing_builds(t, plans)
-                    fi = _fi_of(t, run) or fi  # now patched on disk: what the SGLang probes judge
-                    if fi is not None:
-                        ids = [a["id"] for a in journal.applied if a.get("package") == t.package]
-                        fi_recipes[fi.location] = (t, ids)
-                else:
-                    _record_dependents(journals, t, plans, fi_recipes)
-                for p in plans:
-                    if p.recipe.id in stale and p.status != APPLIED:
-                        p.mark(REVERTED, f"reverted: {stale[p.recipe.id]}")
-                    elif p.recipe.id in stale:
-                        p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
-                    elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:
-                        r = retired[p.recipe.id]
-                        p.reason += f" [{r.state}: {r.why}]"
-                out += plans
+        did += [
+            Action(ActionKind.RETIRE, str(r.root), r.package, r.id, r.why, tuple(r.entry.get("files") or ()))
+            for r in retired.values()
+        ]
+        gone: dict[Path, dict[str, str]] = {}
+        for t in [t for t in targets if t.package == "flashinfer"]:
+            mine = [r.entry for r in retired.values() if r.package == "flashinfer" and r.root == t.root]
+            why = f"proven on FlashInfer recipes pip replaced in {t.root}"
+            _take_back_dependents(journals, targets, recipes, t, mine, why, gone, did)
+        for t in ordered(targets):
+            journal = journals[t.root]
+            now = _fi_of(t, run) if t.package == "flashinfer" else fi
+            before = {a["id"]: a for a in journal.applied}
+            renewed: dict[str, str] = {}
+            stale = steps.take_back_stale(journal, t, recipes, run.archs, run.probe(now), renewed)
+            did += [
+                Action(ActionKind.RECORD_PROOF, str(t.root), t.package, i, f"renewed: {w}") for i, w in renewed.items()
+            ]
+            did += [
+                Action(ActionKind.ROLLBACK_STALE, str(t.root), t.package, i, w, tuple(before[i].get("files") or ()))
+                for i, w in stale.items()
+            ]
+            if t.package == "flashinfer" and stale:
+                why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
+                _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone, did)
+            stale.update(gone.get(t.root, {}) if t.package == "sglang" else {})
+            plans, _, proofs = plan_target(t, recipes, run, journal, fi, choice, fi)
+            _name_conflicts(journal, t, plans, choice, run.archs)
+            if t.package == "flashinfer":
+                _relocate(proofs, _fi_of(t, run))
+            todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+            wrote = [
+                Action(ActionKind.WRITE, str(t.root), t.package, p.recipe.id, p.reason, tuple(p.files)) for p in todo
+            ]
+            steps.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
+            did += wrote
+            if t.package == "flashinfer":
+                note_shadowing_builds(t, plans)
+                fi = _fi_of(t, run) or fi  # now patched on disk: what the SGLang probes judge
+                if fi is not None:
+                    ids = [a["id"] for a in journal.applied if a.get("package") == t.package]
+                    fi_recipes[fi.location] = (t, ids)
+                on: dict[str, list[str]] = {}
+            else:
+                on = _record_dependents(journals, t, plans, fi_recipes)
+            for p in todo:
+                if p.recipe.id in proofs:
+                    why = proofs[p.recipe.id].reason + (
+                        f"; stands on {', '.join(on[p.recipe.id])}" if on.get(p.recipe.id) else ""
+                    )
+                    did.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, p.recipe.id, why))
+            if commit and t.is_git and todo:
+                branch = f"sm120patch/{'+'.join(a.name for a in run.archs)}"
+                did += [
+                    Action(ActionKind.COMMIT, str(t.root), t.package, p.recipe.id, f"on {branch}", tuple(p.files))
+                    for p in todo
+                ]
+            for p in plans:
+                if p.recipe.id in stale and p.status != APPLIED:
+                    p.mark(REVERTED, f"reverted: {stale[p.recipe.id]}")
+                elif p.recipe.id in stale:
+                    p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
+                elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:
+                    r = retired[p.recipe.id]
+                    p.reason += f" [{r.state}: {r.why}]"
+            out += plans
     return out
 
 
@@ -460,6 +635,7 @@ def _take_back_dependents(
     entries: Sequence[dict[str, Any]],
     why: str,
     gone: dict[Path, dict[str, str]],
+    did: list[Action],
 ) -> None:
     """The SGLang recipes standing on FlashInfer recipes that are gone (pip replaced them, or they
     went stale) are rolled back now, whatever the probe level: a gate must not stay open over a
@@ -467,8 +643,10 @@ def _take_back_dependents(
     if not entries:
         return
     for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
+        files = {a.id: a.files for a in journals[sg.root].entries("sglang")}
         steps.rollback_locked(journals[sg.root], sg, recipes, None, ids, force=False)
         gone.setdefault(sg.root, {}).update({i: why for i in ids})
+        did += [Action(ActionKind.ROLLBACK_DEPENDENT, str(sg.root), sg.package, i, why, tuple(files[i])) for i in ids]
 
 
 def _record_dependents(
@@ -476,17 +654,21 @@ def _record_dependents(
     t: Target,
     plans: Sequence[RecipePlan],
     fi_recipes: dict[str, tuple[Target, list[str]]],
-) -> None:
+) -> dict[str, list[str]]:
     """Note, in the FlashInfer journal, each SGLang recipe whose proof read files a FlashInfer recipe
-    of this run changed: it stands on that recipe, and goes when it goes."""
+    of this run changed: it stands on that recipe, and goes when it goes. Returns {SGLang id: the
+    FlashInfer recipes it stands on}."""
     done = {p.recipe.id for p in plans if p.status == APPLIED}
+    out: dict[str, list[str]] = {}
     for entry in [e for e in journals[t.root].entries(t.package) if e.id in done]:
         for where, (fi_target, ids) in fi_recipes.items():
             fi_journal = journals[fi_target.root]
             for a in fi_journal.entries("flashinfer"):
                 if a.id in ids and stands_on(entry.verdicts, _changed_in_package(fi_target, a), where):
                     a.add_dependent(Dependent(t.root, t.package, entry.id))
+                    out.setdefault(entry.id, []).append(a.id)
             fi_journal.save()
+    return out
 
 
 def _changed_in_package(fi_target: Target, entry: Applied) -> set[str]:

@@ -95,11 +95,14 @@ def rollback_hint(target: Target, recipe_id: str) -> str:
     return rollback_command(target.root, [recipe_id])
 
 
-def mark_stale(plans: Sequence[RecipePlan], journal: Journal, target: Target, probe: Probe | None) -> None:
-    """`applied` recipes whose kernels are gone from the FlashInfer now in front of them: `stale`."""
+def mark_stale(
+    plans: Sequence[RecipePlan], journal: Journal, target: Target, probe: Probe | None
+) -> dict[str, Recheck]:
+    """`applied` recipes whose kernels are gone from the FlashInfer now in front of them: `stale`.
+    Returns the rechecks (the reconciler reads which proofs an apply would renew or take back)."""
     applied = [p for p in plans if p.status == APPLIED]
     if not applied or probe is None:
-        return
+        return {}
     checks = rechecks(journal, target, [p.recipe for p in applied], probe)
     for p in applied:
         c = checks.get(p.recipe.id)
@@ -111,6 +114,7 @@ def mark_stale(plans: Sequence[RecipePlan], journal: Journal, target: Target, pr
             p.mark(STALE, f"stale: {c.reason}; run `{rollback_hint(target, p.recipe.id)}`")
         elif c.changed:
             p.reason += f" ({c.reason})"
+    return checks
 
 
 def _git_dirty(target: Target, rels: Sequence[str], journal: Journal) -> list[str]:
@@ -178,16 +182,24 @@ def replan(
 
 
 def take_back_stale(
-    journal: Journal, target: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None
+    journal: Journal,
+    target: Target,
+    recipes: Sequence[Recipe],
+    archs: Sequence[Arch],
+    probe: Probe | None,
+    renewed_out: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Roll back applied recipes whose proof no longer holds; renew the proof of those that
-    still pass on a changed FlashInfer. Returns {id: why} for what was rolled back."""
+    still pass on a changed FlashInfer ({id: why} into `renewed_out`). Returns {id: why} for
+    what was rolled back."""
     checks = rechecks(journal, target, recipes, probe)
     renewed = False
     for a in journal.applied:
         c = checks.get(a["id"])
         if c is not None and c.holds and c.probe is not None:
             a["evidence"], renewed = c.probe.record(), True
+            if renewed_out is not None:
+                renewed_out[a["id"]] = c.reason
     if renewed:
         journal.note("recheck", renewed=[i for i, c in checks.items() if c.holds and c.probe is not None])
         journal.save()
@@ -278,7 +290,7 @@ def rollback_locked(
             "those edits. Pass --force to restore anyway (your version is kept in .sm120patch/saved/)"
         )
     kept_copies = [str(journal.keep_copy(rel)) for rel in edited if (target.root / rel).exists()]
-    new = _replay(journal, target, recipes, arch, keep, touched)
+    new = replay(journal, target, recipes, arch, keep, touched)
     journal.write(new)
     journal.data["applied"] = [a for a in journal.applied if a not in drop]
     started = [a["git"] for a in drop if isinstance(a.get("git"), dict)]
@@ -296,7 +308,7 @@ def rollback_locked(
     }
 
 
-def _replay(
+def replay(
     journal: Journal,
     target: Target,
     recipes: Sequence[Recipe],
@@ -359,7 +371,7 @@ def _commit(
     order = [a["id"] for a in journal.applied]
     for p in plans:
         upto = journal.applied[: order.index(p.recipe.id) + 1]
-        state = _replay(journal, target, recipes, archs, upto, sorted(p.changes))
+        state = replay(journal, target, recipes, archs, upto, sorted(p.changes))
         for rel, data in sorted(state.items()):
             mode = "100755" if (target.root / rel).stat().st_mode & 0o111 else "100644"
             digest = repo.odb.store(IStream("blob", len(data), io.BytesIO(data))).hexsha.decode()

@@ -168,8 +168,12 @@ def test_plan_json_shape(sm, site: Path) -> None:  # noqa: ANN001
     r = sm("plan", *NO_PROBE, "--json", site)
     assert r.code == 0, r.err
     data = r.json()
-    assert set(data) == {"arch", "targets", "recipes"}
+    assert set(data) == {"arch", "targets", "recipes", "actions"}  # actions: issue 33's reconciler
     assert data["arch"] == "sm_120"
+    # --probe none: nothing proven, nothing to take back; one write per applicable recipe, its files
+    assert [(a["kind"], a["recipe"], a["files"]) for a in data["actions"]] == [
+        ("write", x["id"], x["files"]) for x in data["recipes"]
+    ]
     (t,) = data["targets"]
     assert {"package", "version", "root"} <= set(t)
     assert (t["package"], t["version"], t["root"]) == ("sglang", "0.5.9", str(site.resolve()))

@@ -93,3 +93,22 @@ def test_census_triage_and_verify_parts() -> None:
     assert d.to_dict()["verdict"] == "rolled back"
     assert d.to_dict()["throughput"] == {"1": {"delta": -0.2}, "8": {"delta": None}}  # JSON keys are strings
     assert (d.to_dict()["answers"], d.to_dict()["launch"]) == ({"agree": 3}, None)
+
+
+def test_the_action_list_shape() -> None:
+    """`plan --json` and `apply --json` carry the action list under "actions" in this shape (issue 33):
+    a script comparing the two, or reading what an apply would do, keys on these names."""
+    import pytest
+
+    from sm120patch.engine.actions import Action, ActionKind
+
+    a = Action(ActionKind.WRITE, "/t r", "sglang", "rid", "gate found", ("b.py", "a.py"))
+    assert _items(a.to_dict()) == [
+        ("kind", "write", str), ("tree", "/t r", str), ("package", "sglang", str), ("recipe", "rid", str),
+        ("reason", "gate found", str), ("files", ["a.py", "b.py"], list),
+    ]  # fmt: skip
+    assert [k.value for k in ActionKind] == [
+        "retire", "rollback-dependent", "rollback-stale", "record-proof", "write", "commit",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="not-a-kind"):
+        Action("not-a-kind", "/t", "sglang", "rid", "why")  # type: ignore[arg-type]
