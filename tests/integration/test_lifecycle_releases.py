@@ -174,7 +174,8 @@ def test_force_reinstall_of_flashinfer_is_seen_by_status_apply_and_rollback(venv
     apply patches both again (the SGLang gate standing on it included); after a second reinstall,
     rollback needs no --force and leaves both releases' bytes."""
     site = site_of(venv)
-    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    r = sm("apply", site, *COMMON, "--ok-blocked")
+    assert r.returncode == 0 and {FIX, AR} <= set(applied(site)), (r.stdout, r.stderr)
     patched = tree(site, "sglang"), tree(site, "flashinfer")
     assert pip(venv, "--force-reinstall", str(wheel("flashinfer", "0.6.3"))).returncode == 0
     st = json.loads(sm("status", site, "--json").stdout)
@@ -286,7 +287,7 @@ def test_ctrl_c_during_the_writes_puts_every_byte_back(venv: Path, step: int) ->
     before = everything(site)
     env = {**os.environ, "SM120PATCH_FAULT": f"int:{step}"}
     r = sm("apply", site, *COMMON, env=env)
-    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert r.returncode == 130, (r.returncode, r.stdout, r.stderr)  # stdout: which recipe was blocked, if one
     assert "put back" in r.stderr
     assert everything(site) == before and not (site / ".sm120patch").exists()
     if step == 25:  # bug 7: the plan after a Ctrl-C is the release's, not a half-written tree's
@@ -537,10 +538,11 @@ def test_ctrl_c_during_a_rollback_leaves_the_site_as_applied(venv: Path, step: i
     """SIGINT inside rollback's writes (the dependents' and the backport's, one transaction): every
     file is put back as it was applied, exit 130; a plain rollback then restores both wheels."""
     site = site_of(venv)
-    assert sm("apply", site, *COMMON, "--ok-blocked").returncode == 0
+    r = sm("apply", site, *COMMON, "--ok-blocked")
+    assert r.returncode == 0 and {FIX, AR} <= set(applied(site)), (r.stdout, r.stderr)
     patched = tree(site, "sglang"), tree(site, "flashinfer")
     r = sm("rollback", site, "--recipe", FIX, env={**os.environ, "SM120PATCH_FAULT": f"int:{step}"})
-    assert r.returncode == 130 and "put back" in r.stderr, (r.returncode, r.stderr)
+    assert r.returncode == 130 and "put back" in r.stderr, (r.returncode, r.stdout, r.stderr)
     assert (tree(site, "sglang"), tree(site, "flashinfer")) == patched and {FIX, AR} <= set(applied(site))
     assert sm("rollback", site).returncode == 0
     assert diff_from_release(site, "sglang", "0.5.9") == [] and diff_from_release(site, "flashinfer", "0.6.3") == []
