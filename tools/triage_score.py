@@ -225,11 +225,25 @@ def _blames(finding: dict[str, Any]) -> bool:
     return bool(_LEGACY_BLAME.search(meaning)) and not _LEGACY_DENY.search(meaning)
 
 
-def run_case(case: Case) -> Outcome:
-    """Diagnose one excerpt the way `sm120patch diagnose LOG` does (no journal, no recipes)."""
+_RECIPES: list[Any] = []
+
+
+def diagnose_as_user(excerpt: str) -> dict[str, Any]:
+    """`sm120patch diagnose LOG --json` on the excerpt, in process: the shipped recipes, no journal, no --target,
+    and the advice the command adds (triage/advice.py's add_advice, the one path the CLI and guard call)."""
+    from sm120patch.catalogue.recipes import load_recipes
+    from sm120patch.triage.advice import add_advice
     from sm120patch.triage.diagnose import diagnose
 
-    data = diagnose(case.excerpt.splitlines(keepends=True), [], None).to_dict()
+    if not _RECIPES:
+        _RECIPES.extend(load_recipes())
+    result = diagnose(excerpt.splitlines(keepends=True), _RECIPES, None)
+    return add_advice(result, _RECIPES, None).to_dict()
+
+
+def run_case(case: Case) -> Outcome:
+    """Diagnose one excerpt the way `sm120patch diagnose LOG` does (no journal, no --target)."""
+    data = diagnose_as_user(case.excerpt)
     fatal = [f for f in data["findings"] if f["fatal"]]
     named = [f["signature"] for f in fatal]
     hits = [f for f in fatal if f["signature"] in case.expect or f.get("class") == case.cls]

@@ -117,31 +117,9 @@ def diagnose_cmd(logfile: str, target: Path | None, as_json: bool, quiet: bool, 
     finally:
         if logfile != "-":
             stream.close()
-    if result.causes:
-        try:
-            from sm120patch.triage.fixes import advise, advise_without_target
+    from sm120patch.triage.advice import add_advice
 
-            if target is None:
-                advise_without_target(result, recipes)
-            else:
-                advise(result, recipes, target)
-        except Exception as e:  # advice is a bonus: it must never hide the diagnosis
-            click.echo(f"warning: could not check which sm120patch recipe fixes this ({e})", err=True)
-    try:
-        from sm120patch.triage.advice import add_evidence_advice
-        from sm120patch.triage.versions import add_fixed_versions
-
-        add_fixed_versions(result)
-        add_evidence_advice(result)
-    except Exception as e:  # advice is a bonus: it must never hide the diagnosis
-        click.echo(f"warning: could not add the advice from the log's evidence ({e})", err=True)
-    if target is not None:
-        try:
-            from sm120patch.triage.choices import add_alternatives
-
-            add_alternatives(result, target)
-        except Exception as e:  # advice is a bonus: it must never hide the diagnosis
-            click.echo(f"warning: could not read the release's flag choices ({e})", err=True)
+    add_advice(result, recipes, target, warn=lambda message: click.echo(f"warning: {message}", err=True))
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))  # ensure_ascii: every control character escaped
     else:

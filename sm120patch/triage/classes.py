@@ -678,6 +678,16 @@ _CUDA_ERROR = re.compile(
 
 _ATTENTION = ("attention", "attn", "fmha", "mla", "sdpa", "flash")
 _MOE = ("moe", "expert", "fused_moe", "gemm")
+_QUANT = ("fp4", "fp8", "quant", "scaled_mm", "marlin", "awq", "gptq", "mxfp")
+# the words of an op's kind and the flags that pick its backend, in the order they are tried
+_FLAG_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (_MOE, ("--moe-runner-backend", "--moe-backend")),
+    (
+        _ATTENTION,
+        ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend", "VLLM_ATTENTION_BACKEND"),
+    ),
+    (_QUANT, ("--quantization",)),
+)
 
 
 @dataclass
@@ -862,7 +872,32 @@ def _classify_words(body: str) -> tuple[str, str] | None:
     return None
 
 
-_LineFacts = tuple[bool, "str | None", tuple[str, ...], "str | None", bool, "str | None", tuple[tuple[str, str], ...]]
+_LineFacts = tuple[
+    bool, "str | None", tuple[str, ...], "str | None", bool, "str | None", tuple[tuple[str, str], ...], "str | None"
+]
+# the package a frame's path is in (site-packages/NAME/, a ComfyUI custom node, a source checkout's NAME/NAME/),
+# or the extension a line loads (NAME.cpython-312-x86_64-linux-gnu.so, libNAME.so): a library none of _LIBRARIES
+# knows is still named from them
+_PACKAGE_PATH = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_][\w.-]*?)(?:-[\d.]+\.(?:egg|dist-info))?/")
+_NODE_PATH = re.compile(r"custom_nodes/(?P<pkg>[\w.-]+)/")
+_SO_NAME = re.compile(r"(?:^|[/\s'\"(])(?:lib)?(?P<pkg>[A-Za-z][\w-]*?)(?:\.cpython[\w.-]*|\.abi3)?\.so\b")
+# packages a frame is in on any Python traceback: not where an arch failure is to be fixed
+_NOT_A_LIBRARY = frozenset(
+    {"torch", "python", "c10", "cuda", "cudart", "nvrtc", "stdc++", "c", "m", "dl", "pthread", "rt", "gcc_s"}
+    | {"click", "typer", "uvicorn", "fastapi", "starlette", "asyncio", "concurrent", "multiprocessing", "threading"}
+    | {"runpy", "importlib", "ctypes", "_pytest", "pytest", "IPython", "ipykernel", "accelerate", "nvidia"}
+)
+
+
+def package_in(line: str) -> str | None:
+    """The package (or extension .so) a frame path or a loading line names, when it is not one every traceback
+    passes through (torch, the Python runtime, a CLI wrapper)."""
+    for pattern in (_NODE_PATH, _PACKAGE_PATH, _SO_NAME):
+        if ("/" in line or ".so" in line) and (m := pattern.search(line)):
+            name = m.group("pkg").split(".")[0].rstrip("-_")
+            if name and name not in _NOT_A_LIBRARY and not name.startswith(("_distutils", "pip")):
+                return name
+    return None
 
 
 @memo.per_line
@@ -889,7 +924,8 @@ def _line_facts(line: str) -> _LineFacts:
             fm = pattern.search(line)
             if fm and fm.group("v").strip("'\"") not in _UNSET:
                 flags.append((flag, fm.group("v").strip("'\",")))
-    return bool(frame), library, archs, listed, target, t.group(0) if t else None, tuple(flags)
+    package = package_in(frame.group("path") if frame else line) if library is None or library == "torch" else None
+    return bool(frame), library, archs, listed, target, t.group(0) if t else None, tuple(flags), package
 
 
 @dataclass
@@ -897,6 +933,7 @@ class Evidence:
     """Structural facts of a log, fed line by line (bounded memory)."""
 
     libraries: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
+    packages: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
     archs: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=12))
     flags: dict[str, str] = field(default_factory=dict)
     sm12x_token: tuple[int, str] | None = None
@@ -906,7 +943,9 @@ class Evidence:
     sm12x_target: bool = False  # the log builds or compiles for SM12x (a target list with 12.x in it)
 
     def feed(self, line_no: int, line: str) -> None:
-        is_frame, library, archs, listed, target, token, flags = _line_facts(line)
+        is_frame, library, archs, listed, target, token, flags, package = _line_facts(line)
+        if package is not None:
+            self.packages.append((line_no, package))
         if is_frame:
             self.last_frame = (line_no, line)
         if library is not None:
@@ -933,6 +972,12 @@ class Evidence:
                 return lib
         return near[-1] if near else None
 
+    def package_near(self, line_no: int, window: int = 60, after: int = 0) -> str | None:
+        """The package of the innermost frame (or the last extension loaded) shortly before `line_no` that no
+        known library pattern names: where to act when library_near has nothing better than a framework."""
+        near = [p for n, p in self.packages if line_no - window <= n <= line_no + after]
+        return near[-1] if near else None
+
     def sm12x_token_near(self, line_no: int, before: int = 12, after: int = 6) -> str | None:
         """An SM12x token in the lines around `line_no` (a sanitizer names the kernel after the fault)."""
         return next((t for n, t in self.sm12x_tokens if line_no - before <= n <= line_no + after), None)
@@ -944,21 +989,16 @@ class Evidence:
                 out.append(a)
         return out
 
-    def flag_for(self, library: str | None, text: str) -> tuple[str, str] | None:
-        """The launch flag whose choice most likely picked this path."""
-        low = f"{library or ''} {text}".lower()
-        order = []
-        if any(k in low for k in _MOE):
-            order += ["--moe-runner-backend", "--moe-backend"]
-        if any(k in low for k in _ATTENTION):
-            order += [
-                "--attention-backend",
-                "--prefill-attention-backend",
-                "--decode-attention-backend",
-                "VLLM_ATTENTION_BACKEND",
-            ]
-        if any(k in low for k in ("fp4", "fp8", "quant", "scaled_mm", "marlin", "awq", "gptq", "mxfp")):
-            order += ["--quantization"]
+    def flag_for(self, library: str | None, text: str, line: str = "") -> tuple[str, str] | None:
+        """The launch flag whose choice most likely picked this path: the kind of op the failing line names
+        first, then the library's kind (flash_attn is attention), then the lines around it (a MoE model's
+        frames around a FlashAttention failure do not make it the MoE backend's)."""
+        order: list[str] = []
+        for words in (line, library or "", text):
+            low = words.lower()
+            for keys, flags in _FLAG_KINDS:
+                if any(k in low for k in keys):
+                    order += [f for f in flags if f not in order]
         for flag in order:
             if flag in self.flags:
                 return flag, self.flags[flag]

@@ -483,6 +483,8 @@ class Diagnoser:
         if f.fatal and f.source == "catalogue" and "library" not in shown:
             # the library whose frame or .so the failing line (or the traceback above it) names: where to act
             lib = triage_classes.library_in(f.line) or self.structure.evidence.library_near(f.line_no, after=2)
+            if lib in (None, "torch", "vllm", "sglang"):
+                lib = self.structure.evidence.package_near(f.line_no, after=2) or lib
             if lib is not None and lib not in ("torch", "vllm", "sglang"):
                 shown["library"] = lib
         check = ""

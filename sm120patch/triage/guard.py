@@ -34,8 +34,10 @@ from typing import IO, Any
 
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.errors import EXIT_FAILED, UserError
+from sm120patch.triage.advice import add_advice
 from sm120patch.triage.diagnose import Diagnoser, Diagnosis, read_lines, rollback_command
 from sm120patch.triage.signatures import Signature
+from sm120patch.visible import visible
 
 PREFIX = "[sm120patch guard]"
 DEFAULT_READY = re.escape("The server is fired up and ready to roll!")
@@ -62,7 +64,8 @@ class GuardOptions:
 
 
 class GuardLog:
-    """Guard's own account of what it did: stderr, prefixed, and optionally a file."""
+    """Guard's own account of what it did: stderr, prefixed, and optionally a file (the text as shown: the log
+    lines it quotes have their control characters written as escapes, as on the terminal)."""
 
     def __init__(self, stream: IO[str] | None = None, path: Path | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -81,7 +84,7 @@ class GuardLog:
             print(text, file=self.stream, flush=True)
             if self._file:
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-                self._file.write(f"{stamp} {text}\n")
+                self._file.write(f"{stamp} {visible(text)}\n")  # what the user reads: no raw control chars
                 self._file.flush()
 
     def close(self) -> None:
@@ -427,14 +430,18 @@ def _applied_or_none(applied: AppliedFn, target: Path | None, log: GuardLog) -> 
         return None
 
 
-def _report(att: Attempt, log: GuardLog) -> None:
+def _report(att: Attempt, log: GuardLog, recipes: Sequence[Recipe], target: Path | None) -> None:
+    """The causes with the advice `sm120patch diagnose` gives (advice.add_advice: the same path)."""
     diag = att.diagnosis
     assert diag is not None
+    add_advice(diag, recipes, target, warn=lambda message: log(f"warning: {message}"))
     for f in diag.causes:
-        recipes = f" (recipes: {', '.join(f.recipe_ids)}, journal {f.journal})" if f.recipe_ids else ""
-        log(f"cause: {f.signature} at line {f.line_no}{recipes}")
+        ids = f" (recipes: {', '.join(f.recipe_ids)}, journal {f.journal})" if f.recipe_ids else ""
+        log(f"cause: {f.signature} at line {f.line_no}{ids}")
         log(f"  meaning: {f.meaning}")
         log(f"  next: {f.next_step}")
+        for note in f.notes:
+            log(f"  note: {note}")
     if not diag.cause_found:
         if diag.unnamed_errors:
             last = diag.unnamed_errors[-1]
@@ -535,12 +542,12 @@ def run_guard(
             if att.ready:
                 if att.late_fatal or att.returncode:
                     log("the server crashed after it was ready; guard changes nothing then")
-                    _report(att, log)
+                    _report(att, log, recipes, opts.target)
                 return att.returncode or 0
             if att.returncode == 0 and att.stopped_by_guard is None:
                 log("the server exited cleanly before it was ready")
                 return 0
-            _report(att, log)
+            _report(att, log, recipes, opts.target)
             done = _roll_back(opts, att, rollback, log)
             if opts.restart and launches == 1 and done:
                 log("restarting the server once, without the rolled-back recipes")

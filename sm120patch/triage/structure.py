@@ -311,6 +311,8 @@ class StructureWatcher:
         if cls == "arch-path-unsupported" and library in BUILD_BOUND:
             # TensorRT builds engines only for the archs its release knows: a refused arch is a release without it
             cls, cue = "binary-lacks-arch", f"{cue} (in {library}, whose release carries the archs it knows)"
+        if library in (None, "torch"):  # a package no pattern knows is still where to act (unsloth, a node pack)
+            library = ev.package_near(line_no, after=FRAMES_AFTER) or library
         return StructureFinding(
             cls=cls,
             line_no=line_no,
@@ -318,7 +320,7 @@ class StructureWatcher:
             cue=cue,
             library=library,
             archs=ev.archs_near(line_no),
-            flag=ev.flag_for(library, around),
+            flag=ev.flag_for(library, around, line),
             cuda_error=triage_classes.cuda_error_of(line),
             sm12x_token=triage_classes.sm12x_token_in(around),
             thin=thin,
