@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+# A shell that starts a job in the background without job control (`make test &`, a CI runner's
+# step) starts it with SIGINT ignored, and every child inherits that: the Ctrl-C tests'
+# simulated SIGINT (SM120PATCH_FAULT=int:N) was then ignored and apply ran to the end. A handler
+# here (not an ignore) is reset to the default in each exec'd child, so the children see Ctrl-C.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # every test run checks the planner's splice shortcut against a full regeneration
 os.environ.setdefault("SM120PATCH_CHECK_SPLICE", "1")
