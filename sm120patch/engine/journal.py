@@ -44,20 +44,25 @@ SCHEMA = 1
 TMP_SUFFIX = ".sm120patch-tmp"
 
 # Test hook (tests/reliability): SM120PATCH_FAULT=kill:N makes the Nth write step SIGKILL this
-# process (int:N: SIGINT, a Ctrl-C); SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step.
+# process (int:N: SIGINT, a Ctrl-C); SM120PATCH_FAULT_TRACE=FILE appends "N<TAB>monotonic<TAB>step" for every step;
+# SM120PATCH_FAULT_SLOW=SECONDS sleeps that long after each step, so a kill sent from outside at a
+# random moment of the write phase lands inside the transaction (the phase is milliseconds otherwise).
 _FAULT = os.environ.get("SM120PATCH_FAULT", "")
 _FAULT_TRACE = os.environ.get("SM120PATCH_FAULT_TRACE", "")
+_FAULT_SLOW = float(os.environ.get("SM120PATCH_FAULT_SLOW", "0") or 0)
 _fault_steps = 0
 
 
 def _fault(step: str) -> None:
     global _fault_steps
-    if not (_FAULT or _FAULT_TRACE):
+    if not (_FAULT or _FAULT_TRACE or _FAULT_SLOW):
         return
     _fault_steps += 1
     if _FAULT_TRACE:
         with open(_FAULT_TRACE, "a") as f:
             f.write(f"{_fault_steps}\t{time.monotonic():.6f}\t{step}\n")
+    if _FAULT_SLOW:
+        time.sleep(_FAULT_SLOW)
     if f"kill:{_fault_steps}" == _FAULT:
         os.kill(os.getpid(), signal.SIGKILL)
     if f"int:{_fault_steps}" == _FAULT:
