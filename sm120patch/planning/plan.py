@@ -287,6 +287,16 @@ def plan_recipe(
         ws.text = before
         return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)
     version_note = "" if target.version else " (version unknown: matched by structure only)"
+    if changes and recipe.taken:
+        from sm120patch.planning.taken import add_taken
+
+        changed_paths = [p for p, code in ws.text.items() if code != before.get(p, ws.base[p])]
+        version_note += add_taken(ws, recipe, changed_paths)
+        changes = {}
+        for path, code in ws.text.items():
+            old = before.get(path, ws.base[path])
+            if code != old:
+                changes[target.rel(path)] = (ws.encode(path, old), ws.encode(path, code))
     if changes:
         where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == CHANGED}))
         if recipe.untested(target.version):
