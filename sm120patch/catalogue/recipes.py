@@ -212,7 +212,9 @@ def _load_taken(path: Path, i: int, raw: Any) -> Taken:
         if k in raw and not raw[k].strip():
             raise fail(path, f"{key}.{k}", "is empty", "give a non-empty string")
     if norm_expr(raw["anchor"]) is None:
-        raise fail(path, f"{key}.anchor", f"{raw['anchor']!r} is not a Python expression", "write e.g. 'is_sm120_supported()'")
+        raise fail(
+            path, f"{key}.anchor", f"{raw['anchor']!r} is not a Python expression", "write e.g. 'is_sm120_supported()'"
+        )
     return Taken(functions, raw["anchor"], raw["when"].strip(), raw.get("near"))
 
 

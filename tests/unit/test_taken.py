@@ -85,7 +85,12 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_a_taken_table_loads(tmp_path: Path) -> None:
     (t,) = load_recipe(_write(tmp_path, GOOD + TAKEN + 'near = "allreduce"\n')).taken
-    assert (t.functions, t.anchor, t.near, t.when) == (("f",), "_is_sm120_supported", "allreduce", "the check reaches SM12x")
+    assert (t.functions, t.anchor, t.near, t.when) == (
+        ("f",),
+        "_is_sm120_supported",
+        "allreduce",
+        "the check reaches SM12x",
+    )
 
 
 @pytest.mark.parametrize(
@@ -214,3 +219,63 @@ def test_a_patched_fake_module_logs_its_taken_line_once_and_rollback_restores_it
     engine.rollback(target, recipes)
     assert snapshot(tmp_path) == before
     assert pkg.is_dir()
+
+
+# --- diagnose and guard -------------------------------------------------------------------------
+
+CRASH_LOG = [
+    "[2026-12-02 10:00:00] server_args=ServerArgs(model_path='glm')",
+    "[2026-12-02 10:00:01 TP0] sm120patch: sglang-moe-backend-sm120 taken",
+    "sm120patch: sglang-moe-backend-sm120 taken",
+    "[2026-12-02 10:00:05 TP0] Load weight end.",
+    "[2026-12-02 10:00:09 TP0] sm120patch: sglang-allreduce-fusion-sm120 taken",
+    "Traceback (most recent call last):",
+    '  File "/x/communicator.py", line 10, in apply_flashinfer_allreduce_fusion',
+    "RuntimeError: No supported CUDA architectures found for major versions [9, 10].",
+    "[2026-12-02 10:00:12 TP1] sm120patch: sglang-gdn-prefill-sm120 taken",  # after the crash
+]
+
+
+def test_diagnose_names_the_gates_taken_before_the_crash() -> None:
+    from sm120patch.triage.diagnose import diagnose
+
+    recipes = load_recipes(package="sglang")
+    d = diagnose(CRASH_LOG, recipes, {ALLREDUCE, "sglang-moe-backend-sm120"})
+    data = d.to_dict()
+    assert data["taken_before_crash"] == ["sglang-moe-backend-sm120", ALLREDUCE]
+    assert data["taken"] == ["sglang-moe-backend-sm120", ALLREDUCE, "sglang-gdn-prefill-sm120"]
+    assert d.last_taken_before_crash == (5, ALLREDUCE)
+    assert f"taken:   {ALLREDUCE} was the last gate taken before the crash" in d.render()
+    assert d.implicated_recipes == [ALLREDUCE]  # the taken lines change no finding
+
+
+def test_diagnose_without_a_crash_has_taken_lines_but_none_before_a_crash() -> None:
+    from sm120patch.triage.diagnose import diagnose
+
+    d = diagnose(CRASH_LOG[:5], load_recipes(package="sglang"), set())
+    assert d.to_dict()["taken"] == ["sglang-moe-backend-sm120", ALLREDUCE]
+    assert d.to_dict()["taken_before_crash"] == [] and d.last_taken_before_crash is None
+    assert "last gate taken" not in d.render()
+
+
+def test_guard_names_the_last_gate_taken_when_it_rolls_back(tmp_path: Path) -> None:
+    from sm120patch.triage.guard import GuardLog, GuardOptions, run_guard
+
+    script = tmp_path / "server.py"
+    script.write_text("import sys\n" + "".join(f"print({line!r})\n" for line in CRASH_LOG[:8]) + "sys.exit(1)\n")
+    calls: list[list[str]] = []
+    err = io.StringIO()
+    log = GuardLog(stream=err, path=tmp_path / "guard.log")
+    try:
+        code = run_guard(
+            GuardOptions(command=[sys.executable, "-u", str(script)], target=tmp_path, timeout=20.0, grace=1.0),
+            recipes=load_recipes(package="sglang"),
+            rollback=lambda t, ids: calls.append(list(ids)) or list(ids),
+            applied=lambda p: {ALLREDUCE},
+            out=io.StringIO(),
+            log=log,
+        )
+    finally:
+        log.close()
+    assert code == 1 and calls == [[ALLREDUCE]]
+    assert f"the last gate taken before the crash: {ALLREDUCE} (its taken line 5, the crash line" in err.getvalue()
