@@ -288,7 +288,20 @@ def plan_recipe(
         return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)
     version_note = "" if target.version else " (version unknown: matched by structure only)"
     if changes and recipe.taken:
-        from sm120patch.planning.taken import add_taken
+        from sm120patch.planning.taken import add_taken, marked_files
+
+        # the taken line is only ever written with the recipe's own edits: code that carries it has them,
+        # though the edits may no longer recognise their work around it (a bundle applied with git apply)
+        marked = marked_files(recipe, {rel: old for rel, (old, _) in changes.items()})
+        if marked:
+            ws.text = before
+            return RecipePlan(
+                recipe,
+                target,
+                SATISFIED,
+                f"already applied here: its taken line is in {', '.join(marked)}{version_note}",
+                results,
+            )
 
         changed_paths = [p for p, code in ws.text.items() if code != before.get(p, ws.base[p])]
         version_note += add_taken(ws, recipe, changed_paths)

@@ -98,6 +98,12 @@ def add_taken(ws: Workspace, recipe: Recipe, paths: Iterable[Path]) -> str:
     return f" (no taken line on this release: {'; '.join(missing)} not found)"
 
 
+def marked_files(recipe: Recipe, before: dict[str, bytes]) -> list[str]:
+    """The files (of `before`: rel path -> bytes) that already carry this recipe's taken call."""
+    needle = f'{HELPER}("{recipe.id}",'.encode()
+    return sorted(rel for rel, data in before.items() if needle in data)
+
+
 def _defines(module: cst.Module, name: str) -> bool:
     import libcst as cst
 

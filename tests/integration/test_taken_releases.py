@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from contextlib import redirect_stderr
@@ -80,6 +81,13 @@ def test_every_applied_recipe_wraps_its_anchor_and_rollback_restores_the_release
                 assert len([n for n in ast.parse(text).body if getattr(n, "name", "") == HELPER]) == 1, rel
             ids += found
         assert rid in ids, f"{rid} on {version}: no {HELPER}({rid!r}, ...) in {r['files']}"
+    # patched code without its journal (a bundle applied with git apply): planned again, nothing more to do
+    bare = tmp_path / "bare"
+    shutil.copytree(tree, bare, ignore=shutil.ignore_patterns(".sm120patch"))
+    again = _sm("plan", bare, "--arch", "sm_120", "--probe", "none", "--json")
+    redo = {r["id"]: r["reason"] for r in again["recipes"] if r["status"] not in ("satisfied", "not-applicable")}
+    assert not redo, redo
+    assert {r["id"] for r in again["recipes"] if r["status"] == "satisfied"} >= set(applied)
     rb = subprocess.run([*CLI, "rollback", str(tree)], capture_output=True, text=True, timeout=600)
     assert rb.returncode == 0, rb.stderr
     assert _hashes(tree) == before
