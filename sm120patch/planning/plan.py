@@ -292,16 +292,22 @@ def plan_recipe(
 
         # the taken line is only ever written with the recipe's own edits: code that carries it has them,
         # though the edits may no longer recognise their work around it (a bundle applied with git apply)
-        marked = marked_files(recipe, {rel: old for rel, (old, _) in changes.items()})
+        # (so a file that carries it is left as it is, per file: rollback replays a kept recipe over a
+        # tree where some of its files are patched and others are back at the release's bytes)
+        marked = set(marked_files(recipe, {rel: old for rel, (old, _) in changes.items()}))
         if marked:
-            ws.text = before
-            return RecipePlan(
-                recipe,
-                target,
-                SATISFIED,
-                f"already applied here: its taken line is in {', '.join(marked)}{version_note}",
-                results,
-            )
+            for path in [p for p in ws.text if target.rel(p) in marked]:
+                ws.text[path] = before.get(path, ws.base[path])
+            changes = {rel: c for rel, c in changes.items() if rel not in marked}
+            if not changes:
+                ws.text = before
+                return RecipePlan(
+                    recipe,
+                    target,
+                    SATISFIED,
+                    f"already applied here: its taken line is in {', '.join(sorted(marked))}{version_note}",
+                    results,
+                )
 
         changed_paths = [p for p, code in ws.text.items() if code != before.get(p, ws.base[p])]
         version_note += add_taken(ws, recipe, changed_paths)

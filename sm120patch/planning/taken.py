@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 HELPER = "_sm120patch_taken"
 
 # one statement, self-contained: its seen-set hangs on the `sm120patch` logger, so a recipe whose
-# gate sits in two modules still logs once per process
+# gate sits in two modules still logs once per process. No token spans lines (a one-line docstring):
+# libcst writes every line break in the module's own newline (CRLF files stay CRLF)
 HELPER_CODE = '''def _sm120patch_taken(recipe_id, value):
-    """sm120patch: log `sm120patch: <recipe-id> taken` the first time this process takes the
-    recipe's gate (once per recipe; INFO on the sm120patch logger, and stderr). Returns value."""
+    """sm120patch: log `sm120patch: <recipe-id> taken` once per process and recipe; returns value."""
     try:
         import logging
         import sys
