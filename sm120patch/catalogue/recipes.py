@@ -37,6 +37,7 @@ _RECIPE_KEYS: dict[str, type | tuple[type, ...]] = {
     "min_tool_version": str,
     "tested": list,
     "edit": list,
+    "taken": list,
 }
 _REQUIRED = ("id", "package", "title", "why", "versions", "arch", "edit")
 # what a recipe may change in a server's greedy outputs, in the order `guard --canary` takes them back:
@@ -52,6 +53,14 @@ _EDIT_KEYS: dict[str, type | tuple[type, ...]] = {
     "optional": bool,
     "params": dict,
 }
+# [[taken]]: where the patched code takes the recipe's gate (sm120patch/planning/taken.py wraps the
+# anchor so the server logs `sm120patch: <id> taken` once per process)
+_TAKEN_KEYS: dict[str, type | tuple[type, ...]] = {
+    "functions": list,
+    "anchor": str,
+    "near": str,
+    "when": str,
+}
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,17 @@ class Edit:
     files: tuple[str, ...] = ()
     optional: bool = False
     params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Where a recipe's gate is taken: `anchor`, an expression in `functions` of the patched code
+    (only in statements whose own arm mentions `near`), evaluated when the gate's path runs."""
+
+    functions: tuple[str, ...]
+    anchor: str
+    when: str
+    near: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +103,7 @@ class Recipe:
     advice: str = ""
     tested: tuple[str, ...] = ()  # releases the tests cover, oldest first
     changes_outputs: str = ""  # "" | "tactics" | "kernels" (CHANGES_OUTPUTS)
+    taken: tuple[Taken, ...] = ()  # where the patched code takes the gate (the taken line)
 
     @property
     def newest_tested(self) -> Version | None:
@@ -174,6 +195,29 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
     return Edit(name, transform, diff_path, functions, files, raw.get("optional", False), params)
 
 
+def _load_taken(path: Path, i: int, raw: Any) -> Taken:
+    from sm120patch.transforms.base import norm_expr
+
+    key = f"taken[{i}]"
+    if not isinstance(raw, dict):
+        raise fail(path, key, "is not a table", "write it as [[taken]]")
+    check_table(path, key, raw, _TAKEN_KEYS)
+    for k in ("functions", "anchor", "when"):
+        if k not in raw:
+            raise fail(path, f"{key}.{k}", "missing", "every [[taken]] needs functions, anchor and when")
+    functions = str_list(path, f"{key}.functions", raw["functions"])
+    if not functions:
+        raise fail(path, f"{key}.functions", "is empty", "name the functions that hold the anchor")
+    for k in ("anchor", "when", "near"):
+        if k in raw and not raw[k].strip():
+            raise fail(path, f"{key}.{k}", "is empty", "give a non-empty string")
+    if norm_expr(raw["anchor"]) is None:
+        raise fail(
+            path, f"{key}.anchor", f"{raw['anchor']!r} is not a Python expression", "write e.g. 'is_sm120_supported()'"
+        )
+    return Taken(functions, raw["anchor"], raw["when"].strip(), raw.get("near"))
+
+
 def load_recipe(path: Path) -> Recipe:
     try:
         blob = path.read_bytes()
@@ -210,6 +254,7 @@ def load_recipe(path: Path) -> Recipe:
     if not data["edit"]:
         raise fail(path, "edit", "is empty", "add at least one [[edit]]")
     edits = tuple(_load_edit(path, i, e) for i, e in enumerate(data["edit"]))
+    taken = tuple(_load_taken(path, i, t) for i, t in enumerate(data.get("taken", [])))
     return Recipe(
         id=rid,
         package=data["package"],
@@ -225,6 +270,7 @@ def load_recipe(path: Path) -> Recipe:
         advice=data.get("advice", "").strip(),
         tested=tested,
         changes_outputs=changes,
+        taken=taken,
     )
 
 

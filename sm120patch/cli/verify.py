@@ -238,4 +238,6 @@ def run_verify(
             f"report: {paths_written['markdown']}"
             + ("" if "plot" in paths_written else " (no plot: pip install 'sm120patch[plot]')")
         )
-    return EXIT_OK if all(d["verdict"] == "kept" for d in result["decisions"]) else EXIT_FAILED
+    from sm120patch.verify.decide import PASSING
+
+    return EXIT_OK if all(d["verdict"] in PASSING for d in result["decisions"]) else EXIT_FAILED

@@ -287,6 +287,35 @@ def plan_recipe(
         ws.text = before
         return RecipePlan(recipe, target, NOT_APPLICABLE, "; ".join(r.note for r in missing), results)
     version_note = "" if target.version else " (version unknown: matched by structure only)"
+    if changes and recipe.taken:
+        from sm120patch.planning.taken import add_taken, marked_files
+
+        # the taken line is only ever written with the recipe's own edits: code that carries it has them,
+        # though the edits may no longer recognise their work around it (a bundle applied with git apply)
+        # (so a file that carries it is left as it is, per file: rollback replays a kept recipe over a
+        # tree where some of its files are patched and others are back at the release's bytes)
+        marked = set(marked_files(recipe, {rel: old for rel, (old, _) in changes.items()}))
+        if marked:
+            for path in [p for p in ws.text if target.rel(p) in marked]:
+                ws.text[path] = before.get(path, ws.base[path])
+            changes = {rel: c for rel, c in changes.items() if rel not in marked}
+            if not changes:
+                ws.text = before
+                return RecipePlan(
+                    recipe,
+                    target,
+                    SATISFIED,
+                    f"already applied here: its taken line is in {', '.join(sorted(marked))}{version_note}",
+                    results,
+                )
+
+        changed_paths = [p for p, code in ws.text.items() if code != before.get(p, ws.base[p])]
+        version_note += add_taken(ws, recipe, changed_paths)
+        changes = {}
+        for path, code in ws.text.items():
+            old = before.get(path, ws.base[path])
+            if code != old:
+                changes[target.rel(path)] = (ws.encode(path, old), ws.encode(path, code))
     if changes:
         where = ", ".join(sorted({f for r in results for f in r.files if r.outcome == CHANGED}))
         if recipe.untested(target.version):

@@ -50,6 +50,9 @@ JSON shape (`sm120patch diagnose --json`, `Diagnosis.to_dict()`):
         }
       ],
       "unnamed_errors": [{"line_no": int, "line": str, "class": str}],  # last fatal lines nothing named
+      "taken": [str],               # recipes whose `sm120patch: <id> taken` line the log holds, first taken first
+      "taken_before_crash": [str],  # those taken before the first fatal line (empty without one); the
+                                    # last is the gate whose path was running when it crashed
       "notes": [str]
     }
 """
@@ -70,6 +73,7 @@ from sm120patch import hints
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.errors import EXIT_FAILED, EXIT_OK
 from sm120patch.status import APPLIED
+from sm120patch.taken_line import taken_id
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
 from sm120patch.triage.logkind import LogKind
@@ -160,6 +164,32 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     framework: str | None = None
     gpu: dict[str, Any] = field(default_factory=lambda: dict(NO_GPU_INFO))
+    taken_lines: list[tuple[int, str]] = field(default_factory=list)  # (1-based line, recipe id): the taken lines
+
+    @property
+    def crash_line(self) -> int | None:
+        """The first fatal line (a fatal finding's or one no signature names), None without one."""
+        lines = [f.line_no for f in self.findings if f.fatal] + [e.line_no for e in self.unnamed_errors]
+        return min(lines) if lines else None
+
+    @property
+    def taken(self) -> list[str]:
+        return list(dict.fromkeys(rid for _, rid in self.taken_lines))
+
+    @property
+    def taken_before_crash(self) -> list[str]:
+        """Recipes whose gate was taken before the crash, first taken first (sm120patch/taken_line.py)."""
+        crash = self.crash_line
+        if crash is None:
+            return []
+        return list(dict.fromkeys(rid for n, rid in self.taken_lines if n < crash))
+
+    @property
+    def last_taken_before_crash(self) -> tuple[int, str] | None:
+        """(line, id) of the last taken line before the crash: the gate whose path was running."""
+        crash = self.crash_line
+        before = [t for t in self.taken_lines if crash is not None and t[0] < crash]
+        return before[-1] if before else None
 
     @property
     def causes(self) -> list[Finding]:
@@ -197,6 +227,8 @@ class Diagnosis:
             "gpu": dict(self.gpu),
             "findings": [f.to_dict() for f in self.findings],
             "unnamed_errors": [{"line_no": e.line_no, "line": e.line, "class": e.cls} for e in self.unnamed_errors],
+            "taken": self.taken,
+            "taken_before_crash": self.taken_before_crash,
             "notes": list(self.notes),
         }
 
@@ -241,6 +273,14 @@ class Diagnosis:
         if not self.cause_found:
             out.append("Look for:")
             out.extend(f"  - {hint}" for hint in LOOK_FOR)
+        last = self.last_taken_before_crash
+        if last is not None:
+            others = [r for r in self.taken_before_crash if r != last[1]]
+            also = f" (taken before it: {', '.join(others)})" if others else ""
+            out.append(
+                f"taken:   {last[1]} was the last gate taken before the crash (its taken line {last[0]}, "
+                f"the crash line {self.crash_line}): its path was running{also}"
+            )
         out.extend(f"note: {note}" for note in self.notes)
         # log text may hold any control character (OSC, DCS, C1 CSI, BS, CR, BEL): shown, never sent raw
         return "\n".join(visible(line) for line in out)
@@ -316,6 +356,7 @@ class Diagnoser:
         self._line_matches = LineMemo(self._matches)  # a crash loop's log repeats its lines
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
+        self._taken: list[tuple[int, str]] = []  # (line, recipe id) of each taken line
 
     def feed(self, raw: str) -> list[Finding]:
         """Match one log line; returns findings seen for the first time on this line."""
@@ -324,6 +365,12 @@ class Diagnoser:
         if "\x1b" in line:
             line = _ANSI.sub("", line)
         line = _normalize(line)
+        if "sm120patch: " in line and "taken" in line:
+            rid = taken_id(line)
+            if rid is not None:
+                self._taken.append((self.lines_read, rid))
+                self._context.append(line)
+                return []
         after_fatal, self._after_fatal = self._after_fatal, False
         if after_fatal:  # a fatal message may go on in this line (and the next), whatever words it has
             self._after_fatal = self.structure.continuation(self.lines_read, line, self._context)
@@ -388,6 +435,7 @@ class Diagnoser:
             notes=notes,
             framework=framework,
             gpu={k: info[k] for k in ("gpu", "sm12x_evidence", "other_evidence")},
+            taken_lines=list(self._taken),
         )
 
     # -- internals -------------------------------------------------------

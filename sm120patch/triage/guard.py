@@ -460,6 +460,10 @@ def _roll_back(opts: GuardOptions, att: Attempt, rollback: RollbackFn, log: Guar
             f"back. To do it yourself: {rollback_command(opts.target, unknown)}"
         )
     ids = diag.implicated_recipes
+    last = diag.last_taken_before_crash  # the `sm120patch: <id> taken` line (sm120patch/taken_line.py)
+    if last is not None:
+        where = f"its taken line {last[0]}, the crash line {diag.crash_line}"
+        log(f"the last gate taken before the crash: {last[1]} ({where})")
     if not ids or opts.target is None:
         return []
     log(f"rolling back {', '.join(ids)} in {opts.target}")

@@ -35,6 +35,9 @@ from sm120patch.verify import answers, schedule
 from sm120patch.verify.workload import Prompt
 
 MIN_EFFECT = 0.05  # the smallest slowdown a user cares about, unless told (--min-effect)
+NOT_EXERCISED = "not exercised by this workload"
+# verdicts that keep the recipe and count as a pass for the exit status
+PASSING = ("kept", NOT_EXERCISED)
 MIN_VALID = 0.5  # a load where fewer than half the requests gave a valid answer compares nothing
 # one run of one arm: {concurrency: {"summary": metrics.summarize(...), "outputs": {prompt id: text}}}
 Run = Mapping[int, Mapping[str, Any]]
@@ -51,6 +54,9 @@ class Decision:
     answers: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, Any] | None = None  # the failed launch, when there was one
     verdict: str = ""  # "kept" | "rolled back" | "left as it was" (not judged) | "inconclusive, kept/rolled back"
+    # | NOT_EXERCISED (no recipe of the arm logged its taken line: kept, not measured)
+    taken: list[str] = field(default_factory=list)  # recipes of the arm whose taken line the server logged
+    not_exercised: list[str] = field(default_factory=list)  # recipes with a taken line that never appeared
 
     def __post_init__(self) -> None:
         self.verdict = self.verdict or ("kept" if self.keep else "rolled back")
@@ -181,3 +187,35 @@ def _inconclusive(
             more += f" (or about {math.ceil(per_load * k)} --requests a load, where the scatter is within a load)"
         return f"{head}; {more} would resolve it"
     return None
+
+
+def exercised(d: Decision, wired: set[str], taken: set[str]) -> Decision:
+    """Mark what the server's log said: the arm's recipes whose taken line appeared (`taken`), and
+    those whose patched code carries the line (`wired`) but never logged it. When every recipe of
+    an arm that launched and was measured is of the second kind, the workload never reached its
+    gate: its figures are noise about the same code, so the verdict is NOT_EXERCISED, kept as it
+    is (a crash or a refused arm keeps its own verdict: that launch ran code of the recipe or not)."""
+    d.taken = [r for r in d.recipes if r in taken]
+    d.not_exercised = [r for r in d.recipes if r in wired and r not in taken]
+    if d.launch is not None or d.verdict == "left as it was" or not d.recipes:
+        return d
+    if d.summary == "no runs to compare" or set(d.not_exercised) != set(d.recipes):
+        return d
+    measured = d.summary
+    ids = ", ".join(d.recipes)
+    summary = (
+        f"{NOT_EXERCISED}: the server never logged `sm120patch: <id> taken` for {ids}, so the workload never "
+        f"reached the gate; kept as it is, its figures not judged ({measured})"
+    )
+    return Decision(
+        d.name,
+        list(d.recipes),
+        True,
+        [],
+        summary,
+        d.throughput,
+        d.answers,
+        verdict=NOT_EXERCISED,
+        taken=[],
+        not_exercised=list(d.not_exercised),
+    )

@@ -39,6 +39,7 @@ _TAG = {
     "left as it was": "UNJUDGED",
     "inconclusive, kept": "INCONCLUSIVE (kept)",
     "inconclusive, rolled back": "INCONCLUSIVE (rolled back)",
+    "not exercised by this workload": "NOT EXERCISED (kept)",
 }
 
 

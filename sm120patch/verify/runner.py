@@ -163,6 +163,8 @@ class Runner:
         self._runs: dict[str, list[decide_mod.Run]] = {schedule.BASELINE: []}
         self._failures: dict[str, dict[str, Any]] = {}
         self._launch_log: list[dict[str, Any]] = []
+        self._wired: dict[str, set[str]] = {}  # arm -> its recipes whose patched code logs a taken line
+        self._taken: dict[str, set[str]] = {}  # arm -> recipe ids its servers' logs say were taken
         self._steps: list[schedule.Step] = []
         self._arms: dict[str, list[str]] = {}
         self._refuse_busy_port()
@@ -196,6 +198,8 @@ class Runner:
             "launches": self._launch_log,
             "runs": {a: [_strip(r) for r in rs] for a, rs in self._runs.items()},
             "decisions": [d.to_dict() for d in decisions],
+            "taken": sorted({r for d in decisions for r in d.taken}),
+            "not_exercised": sorted({r for d in decisions for r in d.not_exercised}),
             "final": sorted(self.tree.applied()),
             "leftovers": self.leftovers,
             "options": _options_dict(opts),
@@ -271,7 +275,7 @@ class Runner:
 
     def _decide(self, name: str, recipes: list[str]) -> decide_mod.Decision:
         opts = self.opts
-        return decide_mod.decide(
+        d = decide_mod.decide(
             name,
             recipes,
             self.prompts,
@@ -282,6 +286,7 @@ class Runner:
             opts.min_effect,
             opts.if_inconclusive,
         )
+        return decide_mod.exercised(d, self._wired.get(name, set()), self._taken.get(name, set()))
 
     def _step(self, step: schedule.Step, recipes: list[str], total: int) -> None:
         """Switch the tree to this arm (or the baseline), launch, measure, record."""
@@ -300,8 +305,18 @@ class Runner:
                 self._failures[step.arm] = {"outcome": "not applied", "cause": why}
             return
         self._steps.append(step)
+        if step.arm != schedule.BASELINE:
+            self._wired.setdefault(step.arm, set()).update(r for r in recipes if self.tree.taken_wired(r))
         run, launch = self._one_launch(step, total)
         self._launch_log.append({"arm": step.arm, "round": step.round, **_launch_dict(launch)})
+        if step.arm != schedule.BASELINE:  # the log is closed: the server has stopped
+            from sm120patch.taken_line import taken_in_text
+
+            try:
+                text = launch.log.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            self._taken.setdefault(step.arm, set()).update(taken_in_text(text))
         if run is None:
             if step.arm == schedule.BASELINE:
                 raise BaselineFailed(f"the baseline server {launch.outcome}: {launch.cause} (log {launch.log})")

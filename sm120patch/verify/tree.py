@@ -55,6 +55,26 @@ class Tree:
                         out.setdefault(i, set()).add(entry["id"])
         return out
 
+    def taken_wired(self, rid: str) -> bool:
+        """Whether the files the journal holds for applied recipe `rid` carry its taken line
+        (`_sm120patch_taken("<rid>", ...)`, sm120patch/planning/taken.py); False where the release
+        had no anchor for it, or it is not applied."""
+        from sm120patch.engine.journal import Journal
+        from sm120patch.planning.taken import HELPER
+
+        needle = f'{HELPER}("{rid}",'
+        for t in self.targets:
+            for entry in Journal.open(t.root).applied:
+                if entry.get("id") != rid:
+                    continue
+                for rel in entry.get("files") or []:
+                    try:
+                        if needle in (t.root / rel).read_text(encoding="utf-8", errors="replace"):
+                            return True
+                    except OSError:
+                        continue
+        return False
+
     def recover(self) -> list[str]:
         """Finish a transaction an interrupt cut short (its files back to their before-bytes)."""
         from sm120patch.engine.journal import Journal

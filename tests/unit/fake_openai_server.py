@@ -4,7 +4,9 @@
 
 Its behaviour comes from bytes in the tree under test, as a real server's comes from the kernels
 an opened gate routes to: PKG/srt/verify_knobs/<knob>.py each hold `VALUE = <literal>`, read once
-at start. Test recipes rewrite those files.
+at start. Test recipes rewrite those files. PKG/srt/verify_gates/reached*.py each define `gate()`,
+which the server calls at start (the workload reaches that gate: a recipe's patched `gate()` logs
+its `sm120patch: <id> taken` line); the other gate files are never called.
 
     delay    seconds per streamed token (the speed)
     mode     "ok" | "collapse" (after 2 tokens, "!" forever: flashinfer#4841) | "late" (the last
@@ -159,6 +161,13 @@ def main() -> None:
         with open(args.state / "launches", "a") as fh:
             fh.write(f"{os.getpid()} delay={delay} mode={mode}\n")
     print(f"fake server: delay={delay} mode={mode} wire={wire}", flush=True)
+    gates = pkg / "srt" / "verify_gates"
+    for gate in sorted(gates.glob("reached*.py")) if gates.is_dir() else []:
+        import runpy
+
+        fn = runpy.run_path(str(gate))["gate"]  # the workload reaches this gate (twice: one taken line)
+        fn()
+        fn()
     if args.spawn_daemon:
         import subprocess
 

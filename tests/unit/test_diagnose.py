@@ -249,8 +249,11 @@ def test_json_shape() -> None:
         "gpu",
         "findings",
         "unnamed_errors",
+        "taken",
+        "taken_before_crash",
         "notes",
     }
+    assert (data["taken"], data["taken_before_crash"]) == ([], [])  # no taken line in this log
     assert set(data["gpu"]) == {"gpu", "sm12x_evidence", "other_evidence"}
     f = data["findings"][0]
     assert set(f) == {

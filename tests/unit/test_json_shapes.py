@@ -89,8 +89,11 @@ def test_census_triage_and_verify_parts() -> None:
         "answers",
         "launch",
         "verdict",
+        "taken",
+        "not_exercised",
     ]
     assert d.to_dict()["verdict"] == "rolled back"
+    assert (d.to_dict()["taken"], d.to_dict()["not_exercised"]) == ([], [])
     assert d.to_dict()["throughput"] == {"1": {"delta": -0.2}, "8": {"delta": None}}  # JSON keys are strings
     assert (d.to_dict()["answers"], d.to_dict()["launch"]) == ({"agree": 3}, None)
 

@@ -553,3 +553,29 @@ def test_apply_of_a_recipe_that_conflicts_with_an_applied_one_fails(sm: Any, box
     assert code == 0, out + err
     line = next(x for x in out.splitlines() if "fake-slow" in x)
     assert line.split()[0] == "not-applicable" and "conflicts with fake-fast" in line
+
+
+def test_a_recipe_whose_taken_line_never_appears_is_not_exercised_and_kept(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-unreached")
+    assert code == 0, err
+    (d,) = data["decisions"]
+    assert d["verdict"] == "not exercised by this workload" and d["keep"], d
+    assert d["not_exercised"] == ["fake-unreached"] and d["taken"] == []
+    assert data["not_exercised"] == ["fake-unreached"] and data["taken"] == []
+    assert data["final"] == ["fake-unreached"]  # kept as it is, not rolled back
+    patched = box.changed()["sglang/srt/verify_gates/unreached.py"].decode()
+    assert '_sm120patch_taken("fake-unreached", True)' in patched
+    logs = sorted(box.out.glob("launch-*-fake-unreached.log"))
+    assert logs and not any("sm120patch: fake-unreached taken" in p.read_text() for p in logs)
+
+
+def test_a_recipe_the_workload_reaches_logs_its_taken_line_once_and_is_judged(sm: Any, box: Box) -> None:
+    code, data, err = verify(sm, box, "fake-reached", "fake-unreached", extra=("--one-at-a-time",))
+    by = {d["name"]: d for d in data["decisions"]}
+    assert by["fake-reached"]["taken"] == ["fake-reached"] and by["fake-reached"]["not_exercised"] == []
+    assert by["fake-reached"]["verdict"] != "not exercised by this workload"
+    assert by["fake-unreached"]["verdict"] == "not exercised by this workload"
+    assert data["taken"] == ["fake-reached"] and data["not_exercised"] == ["fake-unreached"]
+    (log,) = box.out.glob("launch-*-fake-reached.log")
+    assert log.read_text().count("sm120patch: fake-reached taken") == 1  # two calls, one line
+    assert code == (0 if by["fake-reached"]["verdict"] == "kept" else 1), err

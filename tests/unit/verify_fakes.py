@@ -37,6 +37,14 @@ RECIPES = {
     "fake-drift": ("mode", '"drift"', 'changes_outputs = "tactics"\n'),  # answers change after two
 }
 MISFIT_BEFORE = {"fake-misfit": "0.5"}
+# recipes whose gate is a function with a [[taken]] anchor: the fake server calls every
+# srt/verify_gates/reached*.py's gate() at start (the workload reaches it) and never the others
+GATES = {"fake-reached": "reached", "fake-unreached": "unreached"}
+GATE_BEFORE = "def gate():\n    return False\n"
+
+
+def gate_rel(name: str) -> str:
+    return f"srt/verify_gates/{name}.py"
 
 
 def knob_rel(name: str) -> str:
@@ -50,6 +58,10 @@ def make_tree(parent: Path) -> Path:
         p = pkg / knob_rel(name)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"VALUE = {value}\n")
+    for name in GATES.values():
+        p = pkg / gate_rel(name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(GATE_BEFORE)
     return pkg
 
 
@@ -68,6 +80,16 @@ def make_recipes(root: Path) -> Path:
         (root / "sglang" / f"{rid}.toml").write_text(
             f'id = "{rid}"\npackage = "sglang"\ntitle = \'test: {name} = {value}\'\nwhy = "test data"\n'
             f'versions = ">=0"\narch = ["sm_120"]\n{extra}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n'
+        )
+    for rid, name in GATES.items():
+        rel = gate_rel(name)
+        (root / "sglang" / f"{rid}.diff").write_text(
+            f"--- a/{rel}\n+++ b/{rel}\n@@ -1,2 +1,2 @@\n def gate():\n-    return False\n+    return True\n"
+        )
+        (root / "sglang" / f"{rid}.toml").write_text(
+            f'id = "{rid}"\npackage = "sglang"\ntitle = "test: the {name} gate"\nwhy = "test data"\n'
+            f'versions = ">=0"\narch = ["sm_120"]\n\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n\n'
+            f'[[taken]]\nfunctions = ["gate"]\nanchor = "True"\nwhen = "the fake server calls gate()"\n'
         )
     return root
 
