@@ -18,9 +18,12 @@ $(VENV)/.ready: pyproject.toml
 
 venv: $(VENV)/.ready
 
-## test: unit tests, then every recipe on every supported real release (downloaded from PyPI, cached)
+## test: unit tests, then every recipe on every supported real release (downloaded from PyPI, cached).
+## TEST_JOBS pytest-xdist workers, each taking whole files (module fixtures and caches stay per file):
+## on a 2-core CI box the nvcc builds and the downloads then overlap the rest (README, "Development").
+TEST_JOBS ?= 2
 test: venv
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests/unit

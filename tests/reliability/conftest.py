@@ -48,9 +48,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not _RAN:
-        return
+    if not _RAN or getattr(session.config.option, "numprocesses", None):
+        return  # nothing ran here, or this is the controller of a `pytest -n` run: its workers count
     out = figures_path()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # one file per worker of `make test` (tests/reliability's own run writes the one file)
+        out = out.with_name(f"{out.stem}.{worker}{out.suffix}")
     out.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
