@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import io
 import logging
 import sys
+from collections.abc import Iterator
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -118,15 +120,28 @@ def test_every_sglang_recipe_says_where_its_gate_is_taken() -> None:
 # --- the helper, for real ------------------------------------------------------------------------
 
 
-def _capture(logger_name: str = "sm120patch") -> tuple[logging.Handler, list[str]]:
+@contextlib.contextmanager
+def _taken_log() -> Iterator[tuple[list[str], io.StringIO]]:
+    """The sm120patch logger's messages at INFO and stderr, with the helper's seen-set fresh before
+    and after (it lives on the logger, so a test would otherwise see an earlier one's ids)."""
     records: list[str] = []
 
     class _H(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record.getMessage())
 
-    h = _H(level=logging.INFO)
-    return h, records
+    logger, h, err = logging.getLogger("sm120patch"), _H(level=logging.INFO), io.StringIO()
+    old_level = logger.level
+    logger.addHandler(h)
+    logger.setLevel(logging.INFO)
+    _fresh_seen()
+    try:
+        with redirect_stderr(err):
+            yield records, err
+    finally:
+        logger.removeHandler(h)
+        logger.setLevel(old_level)
+        _fresh_seen()
 
 
 def _fresh_seen() -> None:
@@ -137,23 +152,11 @@ def test_the_helper_logs_once_over_two_calls_and_returns_its_argument() -> None:
     ns: dict[str, object] = {}
     exec(compile(HELPER_CODE, "<helper>", "exec"), ns)
     helper = ns[HELPER]
-    logger = logging.getLogger("sm120patch")
-    h, records = _capture()
-    old_level = logger.level
-    logger.addHandler(h)
-    logger.setLevel(logging.INFO)
-    _fresh_seen()
-    err = io.StringIO()
     sentinel = object()
-    try:
-        with redirect_stderr(err):
-            assert helper("r-one", sentinel) is sentinel  # type: ignore[operator]
-            assert helper("r-one", 0) == 0  # type: ignore[operator]
-            assert helper("r-two", None) is None  # type: ignore[operator]
-    finally:
-        logger.removeHandler(h)
-        logger.setLevel(old_level)
-        _fresh_seen()
+    with _taken_log() as (records, err):
+        assert helper("r-one", sentinel) is sentinel  # type: ignore[operator]
+        assert helper("r-one", 0) == 0  # type: ignore[operator]
+        assert helper("r-two", None) is None  # type: ignore[operator]
     assert records == ["sm120patch: r-one taken", "sm120patch: r-two taken"]
     assert err.getvalue() == "sm120patch: r-one taken\nsm120patch: r-two taken\n"
 
@@ -191,18 +194,11 @@ def test_a_patched_fake_module_logs_its_taken_line_once_and_rollback_restores_it
     assert len(calls) == 1
 
     sys.path.insert(0, str(tmp_path))
-    logger = logging.getLogger("sm120patch")
-    h, records = _capture()
-    old_level = logger.level
-    logger.addHandler(h)
-    logger.setLevel(logging.INFO)
-    _fresh_seen()
-    err = io.StringIO()
     try:
         for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
             del sys.modules[name]
-        mod = importlib.import_module("sglang.srt.layers.communicator")
-        with redirect_stderr(err):
+        with _taken_log() as (records, err):
+            mod = importlib.import_module("sglang.srt.layers.communicator")
             assert mod.apply_flashinfer_allreduce_fusion(8) is True  # the fake utils say SM12x
             assert mod.apply_flashinfer_allreduce_fusion(8) is True
             assert mod.apply_flashinfer_allreduce_fusion(0) is False
@@ -210,9 +206,6 @@ def test_a_patched_fake_module_logs_its_taken_line_once_and_rollback_restores_it
         sys.path.remove(str(tmp_path))
         for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
             del sys.modules[name]
-        logger.removeHandler(h)
-        logger.setLevel(old_level)
-        _fresh_seen()
     assert records == [f"sm120patch: {ALLREDUCE} taken"]
     assert err.getvalue() == f"sm120patch: {ALLREDUCE} taken\n"
 
