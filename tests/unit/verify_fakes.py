@@ -72,25 +72,22 @@ def make_recipes(root: Path) -> Path:
     (root / "sglang").mkdir(parents=True)
     for name in ("signatures.toml", "kernels.toml"):
         shutil.copy(default_recipe_dir() / name, root / name)
+    def write(rid: str, name: str, title: str, hunk: str, head: str = "", tail: str = "") -> None:
+        """One diff recipe: `hunk` the diff's body after its header, `head`/`tail` TOML around [[edit]]."""
+        rel = gate_rel(name) if rid in GATES else knob_rel(name)
+        (root / "sglang" / f"{rid}.diff").write_text(f"--- a/{rel}\n+++ b/{rel}\n{hunk}")
+        (root / "sglang" / f"{rid}.toml").write_text(
+            f'id = "{rid}"\npackage = "sglang"\ntitle = {title}\nwhy = "test data"\n'
+            f'versions = ">=0"\narch = ["sm_120"]\n{head}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n{tail}'
+        )
+
     for rid, (name, value, extra) in RECIPES.items():
-        rel = knob_rel(name)
-        (root / "sglang" / f"{rid}.diff").write_text(
-            f"--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-VALUE = {MISFIT_BEFORE.get(rid, KNOBS[name])}\n+VALUE = {value}\n"
-        )
-        (root / "sglang" / f"{rid}.toml").write_text(
-            f'id = "{rid}"\npackage = "sglang"\ntitle = \'test: {name} = {value}\'\nwhy = "test data"\n'
-            f'versions = ">=0"\narch = ["sm_120"]\n{extra}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n'
-        )
+        before = MISFIT_BEFORE.get(rid, KNOBS[name])
+        write(rid, name, f"'test: {name} = {value}'", f"@@ -1 +1 @@\n-VALUE = {before}\n+VALUE = {value}\n", extra)
     for rid, name in GATES.items():
-        rel = gate_rel(name)
-        (root / "sglang" / f"{rid}.diff").write_text(
-            f"--- a/{rel}\n+++ b/{rel}\n@@ -1,2 +1,2 @@\n def gate():\n-    return False\n+    return True\n"
-        )
-        (root / "sglang" / f"{rid}.toml").write_text(
-            f'id = "{rid}"\npackage = "sglang"\ntitle = "test: the {name} gate"\nwhy = "test data"\n'
-            f'versions = ">=0"\narch = ["sm_120"]\n\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n\n'
-            f'[[taken]]\nfunctions = ["gate"]\nanchor = "True"\nwhen = "the fake server calls gate()"\n'
-        )
+        hunk = "@@ -1,2 +1,2 @@\n def gate():\n-    return False\n+    return True\n"
+        taken = '\n[[taken]]\nfunctions = ["gate"]\nanchor = "True"\nwhen = "the fake server calls gate()"\n'
+        write(rid, name, f'"test: the {name} gate"', hunk, tail=taken)
     return root
 
 
