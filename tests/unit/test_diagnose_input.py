@@ -23,9 +23,11 @@ from tests.unit.cli_entry import SM120PATCH
         (b"", "the log is empty"),
         (b"\n\n  \n", "the log is empty"),
         (bytes(range(256)) * 40, "is not a text log"),
-        (gzip.compress(b"RuntimeError: CUDA error: no kernel image is available\n"), "is compressed"),
+        (gzip.compress(b"RuntimeError: CUDA error: no kernel image is available\n", mtime=0), "is compressed"),
         ("RuntimeError: CUDA error\r\n".encode("utf-16"), "is UTF-16 text"),
     ],
+    # ids by meaning: xdist requires every worker to collect the same ids
+    ids=["empty", "blank-lines", "binary", "gzip", "utf-16"],
 )
 def test_not_a_log_is_exit_2_with_one_line(tmp_path: Path, blob: bytes, says: str) -> None:
     p = tmp_path / "server.log"
