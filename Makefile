@@ -21,9 +21,10 @@ venv: $(VENV)/.ready
 ## test: unit tests, then every recipe on every supported real release (downloaded from PyPI, cached).
 ## TEST_JOBS pytest-xdist workers, each taking whole files (module fixtures and caches stay per file):
 ## on a 2-core CI box the nvcc builds and the downloads then overlap the rest (README, "Development").
+## Files go out in collection order, the `long` ones first (tests/conftest.py), not by test count.
 TEST_JOBS ?= 2
 test: venv
-	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile tests
+	$(PY) -m pytest -q -ra -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests/unit

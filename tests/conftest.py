@@ -74,6 +74,13 @@ def needs_tool(name: str, why: str = "") -> str:
     return path
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `long` first, the rest in their order: make test hands whole files to two
+    workers in collection order (--no-loadscope-reorder), and a long file started last would run
+    alone at the end. The same sort on every worker, so xdist sees the same collection."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """`@pytest.mark.needs("patch", "git", why=...)`: each tool checked by `needs_tool` before the test."""
     for mark in item.iter_markers("needs"):

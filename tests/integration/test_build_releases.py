@@ -26,7 +26,8 @@ from tests.conftest import fetch_or_skip
 from tests.integration.fi_releases import spec_venv, unpacked
 from tools.releases import cache_dir
 
-pytestmark = pytest.mark.releases
+# `long`: minutes of nvcc; make test starts this file first so it overlaps the rest (tests/conftest.py)
+pytestmark = [pytest.mark.releases, pytest.mark.long]
 
 NVCC_OK, NVCC_WHY = can_build_for(find_cuda(), parse_arch("sm_120"), family=True)
 needs_nvcc = pytest.mark.skipif(not NVCC_OK, reason=f"the build rung needs an nvcc for sm_120f: {NVCC_WHY}")
