@@ -13,11 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sm120patch.catalogue.recipes import Recipe
+from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fixes
 from sm120patch.triage.choices import add_alternatives
 from sm120patch.triage.classes import SM12X_CLASSES
 from sm120patch.triage.diagnose import Diagnosis, Finding
 from sm120patch.triage.versions import add_fixed_versions
+from sm120patch.triage.workarounds import add_workarounds
 
 Warn = Callable[[str], None]
 
@@ -30,6 +32,24 @@ _SOCKET = re.compile(
     r"(?i)\bgloo\b.{0,80}(?:connect|socket|interface|address|timed out)|socket.{0,20}interface|"
     r"\bbootstrap\b.{0,60}(?:socket|connect)|GLOO_SOCKET_IFNAME|NCCL_SOCKET_IFNAME"
 )
+
+
+# a library's own message that says what to do ('Please use "fp4" quantization for Blackwell GPUs.')
+_OWN_WORDS = re.compile(
+    r"(?i)\b(?:please (?:use|set|install|upgrade|update|try|pass|enable|disable|switch|reinstall)|"
+    r"try (?:using|setting|passing|installing)|consider (?:using|setting|installing)|"
+    r"you (?:can|may|should|must|need to) (?:use|set|pass|install|upgrade|switch))\b.{3,200}"
+)
+# the boilerplate of every CUDA error and PyTorch's generic pointer: true, but not this failure's fix
+_BOILERPLATE = re.compile(r"(?i)CUDA_LAUNCH_BLOCKING|TORCH_USE_CUDA_DSA|pytorch\.org/get-started|file a bug|report")
+
+
+def _own_words(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """The failing message itself says what to do: quote it first, it is the library's own answer."""
+    m = _OWN_WORDS.search(f.line)
+    if m is None or _BOILERPLATE.search(m.group(0)):
+        return None
+    return f'the error itself says what to do: "{m.group(0).strip()}"'
 
 
 def _cuda_runtime(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -63,8 +83,8 @@ def _resource_knobs(text: str, f: Finding, d: Diagnosis) -> str | None:
     if "triton" in text.lower():
         return (
             "a Triton kernel's config asks for more shared memory than this GPU has per block (the limit the log "
-            "gives): lower its num_stages (e.g. 2) or its BLOCK_M/BLOCK_N/BLOCK_K, in the kernel's config or "
-            "autotune list"
+            "gives): lower its num_stages (e.g. 2) or its tile sizes (BLOCK_M/BLOCK_N/BLOCK_K, TILE_SIZE), in the "
+            "kernel's config or autotune list"
         )
     return (
         "the kernel's tile needs more shared memory than this GPU has per block (SM12x: about 99 KB, SM90/SM100: "
@@ -79,17 +99,25 @@ _FRAMEWORKS = ("vllm", "sglang", "tensorrt_llm")
 
 
 def _upgrade(text: str, f: Finding, d: Diagnosis) -> str | None:
-    """An SM12x path or binary missing from the library the frames name: later releases add archs."""
+    """An SM12x path or binary missing from the library the frames name: later releases add archs. The code that
+    failed may belong to a package no library pattern knows (a ComfyUI node pack, a miner, pysiglib): its owner,
+    from the innermost frame, the error's own qualified name or the program's banner, is named first."""
     if f.cls not in ("arch-path-unsupported", "binary-lacks-arch", "kernel-fault", "resource-limit"):
         return None
     lib = f.details.get("library", "")
-    named = [n for n in (lib.split(".")[0] if lib and not _NOT_A_PACKAGE.search(lib) else "", d.framework or "") if n]
+    owner = owner_of(f)
+    named = [
+        n
+        for n in (owner or "", lib.split(".")[0] if lib and not _NOT_A_PACKAGE.search(lib) else "", d.framework or "")
+        if n
+    ]
     if not named or named[0] == "torch":
         return None
-    names = " and ".join(dict.fromkeys(named))
+    names = " and ".join({n.lower(): n for n in reversed(named)}[k] for k in dict.fromkeys(n.lower() for n in named))
     return (
-        f"upgrade {names} to the newest release (pip install -U, or the project's newest image): SM12x "
-        "kernels and paths are added release by release; check its release notes or issues for sm_120/sm_121"
+        f"upgrade {names} to the newest release (pip install -U, or the project's newest image; a nightly build "
+        "where no release has it yet): SM12x kernels and paths are added release by release; check its release "
+        "notes or issues for sm_120/sm_121"
     )
 
 
@@ -103,6 +131,88 @@ def _rebuild(text: str, f: Finding, d: Diagnosis) -> str | None:
         f"built from source (or a wheel built elsewhere)? rebuild with this GPU's arch in the build's list, with "
         f'CUDA >= {cuda}: CMake projects -DCMAKE_CUDA_ARCHITECTURES={arch} (e.g. "89;{arch}" to keep others), '
         f'PyTorch extensions (setup.py) TORCH_CUDA_ARCH_LIST="{dotted}" then pip install --no-build-isolation .'
+    )
+
+
+# where the failing code lives: a frame's package, an error qualified by its module, the program's banner line
+_FRAME_PATH = re.compile(r'^\s*File "(?P<path>[^"]+)"(?:, line (?P<line>\d+))?')
+_SITE = re.compile(r"(?:site|dist)-packages[/\\](?P<pkg>[A-Za-z_][\w.-]*)")
+_NODE_PACK = re.compile(r"custom_nodes[/\\](?P<pkg>[^/\\]+)")
+_RELATIVE = re.compile(r"^(?P<pkg>[A-Za-z_]\w*)[/\\]\w+\.py$")  # a frozen app's frame: faster_whisper\transcribe.py
+_NOT_OWNERS = {"torch", "huggingface_hub", "transformers", "accelerate", "typing", "importlib", "runpy", "threading"}
+_QUALIFIED = re.compile(r"\b(?:[Ee]rror|[Ee]xception|[Ff]ailure) in (?P<pkg>[a-z_][a-z0-9_]{2,})\.[a-z_]\w*")
+_BANNER = re.compile(r"^\s*(?P<name>[A-Za-z][\w-]{2,40}) v\d+\.\d+(?:\.\d+)?\b")
+
+
+def frames(f: Finding) -> list[tuple[str, str]]:
+    """(path, line) of each Python frame above the finding, outermost first."""
+    return [(m.group("path"), m.group("line") or "") for m in map(_FRAME_PATH.match, f.context) if m]
+
+
+def owner_of(f: Finding) -> str | None:
+    """The package that owns the failing code: the innermost frame's (site-packages, a ComfyUI node pack, a frozen
+    app's relative path; torch and the hub that call into it do not count), else a module the error line is
+    qualified by ("Error in pysiglib.branched_sig_to_log_sig"), else the program's own banner ("krig-miner v1.1.0")."""
+    for path, _ in reversed(frames(f)):
+        norm = path.replace("\\", "/")
+        m = _NODE_PACK.search(norm) or _SITE.search(norm) or _RELATIVE.match(path)
+        if m is not None:
+            pkg = m.group("pkg").removesuffix(".py")
+            if pkg.split(".")[0] not in _NOT_OWNERS:
+                return pkg
+    m = _QUALIFIED.search(f.line)
+    if m is not None and m.group("pkg") not in _NOT_OWNERS:
+        return m.group("pkg")
+    banner = next((m.group("name") for m in map(_BANNER.match, f.context[:5]) if m), None)
+    return banner
+
+
+_SETUP = re.compile(r"(?:^|[/\\])setup\.py$")
+_CMAKE_TARGETS = re.compile(r"CUDA (?:supported )?target architectures: (?P<archs>[0-9][0-9.;a-z ]*)", re.I)
+
+
+def _build_script(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """The failure is in a package's build: its setup.py or CMake arch guards have no case for this GPU."""
+    if f.cls not in SM12X_CLASSES:
+        return None
+    setup = next(((p, n) for p, n in reversed(frames(f)) if _SETUP.search(p)), None)
+    if setup is not None:
+        where = f"{setup[0]}, line {setup[1]}" if setup[1] else setup[0]
+        return (
+            f"the failure is in the package's build script ({where}), in code that picks compiler flags by the GPU's "
+            "capability: it has no case for this GPU (12.0 on RTX 50 / RTX PRO, 12.1 on DGX Spark). Add one (12.1 "
+            "as 12.0, with -gencode arch=compute_121a,code=sm_121a) or build a release whose setup.py knows it"
+        )
+    given = next((m.group("archs").strip() for m in map(_CMAKE_TARGETS.search, [*f.context, f.line]) if m), None)
+    if given is not None and triage_classes.SKIPPED_BUILD.search(text):
+        return (
+            f"the build was given the CUDA arch {given}, but its CMake arch guards (CMakeLists.txt) do not list it, "
+            f"so it skipped those kernels: build a release whose CMakeLists.txt lists {given} (or add it to the "
+            "guards of the kernels it skipped)"
+        )
+    return None
+
+
+_SGLANG_MODULE = re.compile(r"sglang/srt/(?P<module>[\w/]+)\.py")
+_IN_FUNCTION = re.compile(r"\bin (?P<func>[A-Za-z_]\w*)\s*$")
+
+
+def _framework_check(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """An arch check of SGLang's own (a feature that lists the capabilities it runs on) refused this GPU: name the
+    module, so the user can tell which launch option turns that feature on."""
+    if f.cls != "arch-path-unsupported" or (f.details.get("library") or d.framework) != "sglang":
+        return None
+    lines = [ln for ln in f.context if _SGLANG_MODULE.search(ln.replace("\\", "/"))]
+    if not lines:
+        return None
+    last = lines[-1].replace("\\", "/")
+    module = _SGLANG_MODULE.search(last).group("module")  # type: ignore[union-attr]
+    func = _IN_FUNCTION.search(last)
+    where = f"sglang/srt/{module}.py" + (f" ({func.group('func')})" if func else "")
+    return (
+        f"the check that refused this GPU is SGLang's own, in {where}: the feature that module serves does not "
+        "list this GPU; relaunch without the option that turns it on (diagnose --target names the release's "
+        "options that match), or use a release whose check lists it"
     )
 
 
@@ -157,6 +267,9 @@ def _socket(text: str, f: Finding, d: Diagnosis) -> str | None:
 
 Rule = Callable[[str, Finding, Diagnosis], "str | None"]
 RULES: tuple[Rule, ...] = (
+    _own_words,
+    _build_script,
+    _framework_check,
     _flash_attention_3,
     _xformers,
     _resource_knobs,
@@ -199,6 +312,7 @@ def add_advice(
             step("check which sm120patch recipe fixes this", lambda: fixes.advise(result, recipes, target))
     step("add the releases that fixed it", lambda: add_fixed_versions(result))
     step("add the advice from the log's evidence", lambda: add_evidence_advice(result))
+    step("add the known workarounds", lambda: add_workarounds(result))
     if target is not None:
         step("read the release's flag choices", lambda: add_alternatives(result, target))
     return result

@@ -704,6 +704,7 @@ class StructureFinding:
     cuda_error: str | None
     sm12x_token: str | None
     thin: bool  # the class rests on a generic exception line, not on a telling phrase
+    context: tuple[str, ...] = ()  # the lines just before it (the traceback): what advice reads for "where"
 
     def meaning(self) -> str:
         where = f" in {self.library}" if self.library else ""

@@ -131,6 +131,8 @@ class Finding:
     cls: str = "other"  # the cause class (classes.CLASSES)
     evidence: str = "signature"  # "signature" | "class" | "thin": what the cause rests on
     sig: Signature | None = field(default=None, repr=False, compare=False)
+    # the log lines just before it (its traceback), kept once per finding: advice reads where it failed
+    context: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -493,6 +495,7 @@ class Diagnoser:
                 check=a.check,
                 cls=p.cls,
                 evidence="thin" if p.thin else "class",
+                context=p.context,
             )
         ]
 
@@ -633,6 +636,7 @@ class Diagnoser:
                 sm12x=verdict,
                 cls=sig.cls if sig else "arch-path-unsupported",
                 sig=sig,
+                context=tuple(self._context),
             )
 
         return self._bump(("recipe", name, tuple(ids)), make)
@@ -658,6 +662,7 @@ class Diagnoser:
                 sm12x=verdict,
                 cls=sig.cls,
                 sig=sig,
+                context=tuple(self._context),
             )
 
         return self._bump(("catalogue", sig.id, ()), make, verdict)

@@ -22,6 +22,7 @@ from sm120patch.triage.logkind import LogKind
 SHOW_CHARS = 400
 FRAMES_AFTER = 4  # C++ backtraces ("at lib::fn_sm120") and sanitizers name the code below the message
 CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
+CONTEXT_KEPT = 40  # lines before a structural cause kept with it (its traceback), as diagnose keeps them
 # classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
 CONTEXT_CLASSES = frozenset(
     {
@@ -324,6 +325,7 @@ class StructureWatcher:
             cuda_error=triage_classes.cuda_error_of(line),
             sm12x_token=triage_classes.sm12x_token_in(around),
             thin=thin,
+            context=tuple(context)[-CONTEXT_KEPT:],
         )
 
     def _verdict(self, pick: StructureFinding, kind: LogKind) -> tuple[str, str, list[str]]:
