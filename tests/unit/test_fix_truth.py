@@ -22,7 +22,8 @@ from tools.triage_score import ONE_SHOT_FILES, CorpusError, load_corpus, tomllib
 
 CASES = {c.id: c for c in load_corpus()}
 RAW = {p.stem: tomllib.loads(p.read_text(encoding="utf-8"))["case"] for p in sorted(fix_score.FIX_DIR.glob("*.toml"))}
-# measured (in-sample: every part is open for development since it was scored once) with the advice diagnose gives (triage/advice.py's add_advice, the path the CLI and guard call):
+# measured (in-sample: every part is open for development since it was scored once) with the advice
+# diagnose gives (triage/advice.py's add_advice, the path the CLI and guard call):
 # (SM12x cases, unknown, class right of all of them, fix useful of those whose thread settled a fix)
 FLOOR = {
     "held-out-3": (50, 27, 45, 17),
