@@ -24,6 +24,8 @@ AR_SIG = "No supported CUDA architectures found for major versions [9, 10]"
 REAL_LINES = {
     # https://github.com/sgl-project/sglang/issues/13342
     "flashinfer-jit-arch-excluded": "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [10].",
+    # flashinfer PR 3633 (nvcc 12.8, FlashInfer 0.6.18)
+    "flashinfer-jit-major-12-without-arch": "No supported CUDA architectures found for major versions [12]",
     # https://github.com/flashinfer-ai/flashinfer/issues/3263
     "trtllm-gen-unsupported-arch": "RuntimeError: Error in function 'TllmGenFmhaRunner' at /workspace/include/flashinfer/trtllm/fmha/fmhaRunner.cuh:30: Unsupported architecture",
     # https://github.com/sgl-project/sglang/issues/9140

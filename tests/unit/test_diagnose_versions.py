@@ -55,3 +55,30 @@ def test_a_row_without_a_source_is_refused(tmp_path: Path) -> None:
     bad.write_text('[[fix]]\ncomponent = "cuda"\narchs = ["sm_120"]\nversion = "12.8"\nfact = "x"\nsource = "a blog"\n')
     with pytest.raises(RecipeError, match="https URL"):
         load(bad)
+
+
+@pytest.mark.parametrize(
+    ("majors", "signature", "cls"),
+    [
+        ("[12]", "flashinfer-jit-major-12-without-arch", "toolchain-lacks-arch"),
+        ("[9, 10, 12]", "flashinfer-jit-major-12-without-arch", "toolchain-lacks-arch"),
+        ("[9, 10]", "flashinfer-jit-arch-excluded", "arch-path-unsupported"),
+        ("[10, 11]", "flashinfer-jit-arch-excluded", "arch-path-unsupported"),
+    ],
+)
+def test_a_flashinfer_module_that_lists_major_12_and_still_finds_no_arch_is_the_toolchain(
+    tmp_path: Path, majors: str, signature: str, cls: str
+) -> None:
+    """Major 12 in the module's list: the GPU's major was allowed, the arch list FlashInfer built from held none
+    (an nvcc older than it asks for SM12x); without 12 the module lacks the major, as before."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "  File \"/v/flashinfer/jit/fused_moe.py\", line 70, in gen_cutlass_fused_moe_sm120_module\n"
+        f"RuntimeError: No supported CUDA architectures found for major versions {majors}.\n",
+        encoding="utf-8",
+    )
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", "--json", str(log)])
+    [cause] = [f for f in json.loads(res.stdout)["findings"] if f["fatal"]]
+    assert (cause["signature"], cause["class"]) == (signature, cls)
+    if cls == "toolchain-lacks-arch":
+        assert "CUDA 12.9" in cause["next_step"] and "FLASHINFER_CUDA_ARCH_LIST" in cause["next_step"]
