@@ -87,6 +87,8 @@ _ENGINE_DEAD = re.compile(
     r"(?:died|is dead|exited unexpectedly|crashed)\b",
     re.I,
 )
+# a file the code tried to open and could not (an arch-specific kernel source or cubin the package lacks)
+_MISSING_FILE = re.compile(r"(?i)\bfailed to open\b|no such file|cannot open|could not open|file not found")
 GPU_CHECK = "nvidia-smi --query-gpu=name,compute_cap --format=csv (12.0 or 12.1 is SM12x)"
 _FRAMEWORKS = (None, "torch", "vllm", "sglang")
 _BARE_WORDS = ("ptxas", "nvcc", "nvrtc")  # a tool's name alone in a line that is not an error says nothing
@@ -273,6 +275,9 @@ class StructureWatcher:
                     if _ENGINE_DEAD.search(body)
                     else ""
                 )
+            elif archs and any(_is_sm12x(a) for a in archs) and _MISSING_FILE.search(body):
+                # a file named for this arch that the install does not carry: the package ships no SM12x variant
+                cls, cue = "binary-lacks-arch", f"a {lib} file for {', '.join(archs)} that the install does not carry"
             elif archs:
                 cue = f"a {lib} path naming {', '.join(archs)}"
             else:

@@ -119,3 +119,21 @@ def test_healthy_lines_with_the_same_words_stay_healthy(log: str) -> None:
 @pytest.mark.parametrize("log", HOST_SIGILL + CUDA_ILLEGAL + [log for _, log in TOOL_ARCH_VALUES] + [ENGINE_TAIL])
 def test_the_prefilter_keeps_every_tenth_round_family(log: str) -> None:
     assert_prefilter_keeps(log)
+
+
+@pytest.mark.parametrize(
+    ("log", "cls"),
+    [
+        (  # a kernel source named for the arch that the install does not carry: the package has no SM12x variant
+            "RuntimeError: Assertion error (loader.hpp:40):\nFailed to open: /opt/venv/lib/python3.12/site-packages/"
+            "deep_gemm/include/impls/sm121_fp4_gemm.cuh\n",
+            "binary-lacks-arch",
+        ),
+        (  # the same check naming another arch's file on no GPU shown stays an arch path
+            "RuntimeError: Assertion error (loader.hpp:40):\nunsupported: deep_gemm/include/impls/sm121_fp4_gemm.cuh\n",
+            "arch-path-unsupported",
+        ),
+    ],
+)
+def test_a_missing_file_named_for_the_sm12x_arch_is_a_binary_without_it(log: str, cls: str) -> None:
+    assert [f["class"] for f in _fatal(log)] == [cls]
