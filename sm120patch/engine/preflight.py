@@ -98,19 +98,38 @@ def preflight(
         dirs = [t.package_dir for t in targets]
         report["census"] = for_preflight(machine, archs, python, dirs, list(census_sites))
         _note_census(rows, report["census"], {p.recipe.id: p.recipe.needs for _, p in pairs})
-        report["census_fails"] = census_fails(report["census"])
+        report["census_fails"], report["census_warnings"] = census_fails(report["census"])
     return report
 
 
-def census_fails(census: dict[str, Any]) -> list[str]:
-    """One line per package a server loads (torch, sgl-kernel/sglang-kernel, flashinfer) that cannot
-    run on a GPU it was judged for: each fails every server start, so preflight exits 1."""
+def census_fails(census: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """One line per package a server loads (torch, sgl-kernel/sglang-kernel, flashinfer) that cannot run on a GPU
+    it was judged for: where a module without an image is loaded at import, it fails every server start, so
+    preflight exits 1. Where the package's own source loads each such module only in a try block or when a feature
+    calls it (census/loading.py: sglang-kernel's flashmla_ops), the server starts and those features fail: a
+    warning, not a failure. Each problem gets `loading` (module -> how its package loads it)."""
+    from sm120patch.census.loading import how_loaded
     from sm120patch.census.scan import SERVER_PACKAGES, failing
 
-    return [
-        f"{p['package']} {p['version']} cannot run on {p['gpu']} ({p['status']}): {'; '.join(p['you_will_see'])}"
-        for p in failing(census, SERVER_PACKAGES)
-    ]
+    sites = [Path(s) for s in census.get("site_packages", [])]
+    fails: list[str] = []
+    warnings: list[str] = []
+    for p in failing(census, SERVER_PACKAGES):
+        head = f"{p['package']} {p['version']} cannot run on {p['gpu']} ({p['status']})"
+        loads = {}
+        for rel in p.get("modules", []):
+            site = next((s for s in sites if (s / rel).exists()), None)
+            loads[rel] = how_loaded(site, rel) if site is not None else None
+        p["loading"] = {rel: (ld.kind if ld else "unknown") for rel, ld in loads.items()}
+        if not loads or any(ld is None or ld.at_start for ld in loads.values()):
+            fails.append(f"{head}: {'; '.join(p['you_will_see'])}")
+            continue
+        said = "; ".join(f"{rel}: {ld.say()}" for rel, ld in loads.items() if ld is not None)
+        warnings.append(
+            f"{head} in {len(loads)} module{'s' if len(loads) > 1 else ''} the server does not load at start "
+            f"({said}): it starts, and the features that call them fail with: {'; '.join(p['you_will_see'])}"
+        )
+    return fails, warnings
 
 
 def _note_backport(
@@ -265,4 +284,6 @@ def render(report: dict[str, Any]) -> str:
         out += ["", *render_lines(report["census"])]
     for line in report.get("census_fails", []):
         out.append(f"census: {line} (preflight exits 1)")
+    for line in report.get("census_warnings", []):
+        out.append(f"census: WARNING: {line}")
     return "\n".join(out)

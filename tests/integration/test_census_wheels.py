@@ -35,6 +35,7 @@ import pytest
 from sm120patch import census
 from sm120patch.arch import Arch
 from sm120patch.census import render, scan
+from sm120patch.engine.preflight import census_fails
 from tests.conftest import fetch_or_skip, needs_tool, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
 from tools.releases import cache_dir
@@ -61,9 +62,10 @@ def _wheel(dist: str, version: str, platform: str) -> Path:
         return dl / got[0].name
 
 
-def _site(dist: str, version: str, platform: str, keep_wheel: bool = True) -> Path:
-    """A site-packages holding the wheel's CUDA files and its dist-info (unpacked once)."""
-    dest = cache_dir() / "trees" / f"census-{dist}-{version}-{platform}"
+def _site(dist: str, version: str, platform: str, keep_wheel: bool = True, python: bool = False) -> Path:
+    """A site-packages holding the wheel's CUDA files and its dist-info (unpacked once); with `python`, its .py
+    files too (how the package loads its modules is read from them: census/loading.py)."""
+    dest = cache_dir() / "trees" / f"census-{dist}-{version}-{platform}{'-py' if python else ''}"
     if (dest / ".complete").exists():
         return dest
     whl = _wheel(dist, version, platform)
@@ -72,7 +74,9 @@ def _site(dist: str, version: str, platform: str, keep_wheel: bool = True) -> Pa
     try:
         with zipfile.ZipFile(whl) as z:
             for m in z.infolist():
-                if ".dist-info/" in m.filename or scan.CANDIDATE.search(m.filename):
+                if ".dist-info/" in m.filename or scan.CANDIDATE.search(m.filename) or (
+                    python and m.filename.endswith(".py")
+                ):
                     z.extract(m, tmp)
         (tmp / ".complete").touch()
         try:
@@ -122,7 +126,7 @@ def test_old_torchvision_has_no_sm12x_sass(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("platform", ["manylinux2014_aarch64", "manylinux2014_x86_64"])
 def test_sglang_kernel_0_4_10(tmp_path: Path, platform: str) -> None:
-    site = _site("sglang-kernel", "0.4.10", platform, keep_wheel=platform.endswith("aarch64"))
+    site = _site("sglang-kernel", "0.4.10", platform, keep_wheel=platform.endswith("aarch64"), python=True)
     report = census.census([site], [SM120, SM121], cache_root=tmp_path, env={})
     sk = _row(report, "sglang-kernel")
     mods = {Path(m).name.split(".")[0] + ("@" + Path(m).parent.name): m for m in sk["modules"]}
@@ -140,6 +144,20 @@ def test_sglang_kernel_0_4_10(tmp_path: Path, platform: str) -> None:
     assert not sk["ptx"], sk["ptx"]  # no PTX anywhere in the wheel: nothing to JIT from
     problem = next(p for p in report["problems"] if p["package"] == "sglang-kernel" and p["gpu"] == "sm_121")
     assert problem["fix"] and problem["you_will_see"]
+    # does it fail every start? The wheel's own source says how each module without an image is loaded:
+    # flashmla_ops in a try block (sgl_kernel/flash_mla.py), infllm_ops by a function of infllm_v2/_loader.py
+    # that only a feature calls; common_ops at import (load_utils, run by the package's __init__)
+    fails, warnings = census_fails(report)
+    spark = [p for p in report["problems"] if p["package"] == "sglang-kernel" and p["gpu"] == "sm_121"]
+    loading = {Path(m).name.split(".")[0]: kind for p in spark for m, kind in p["loading"].items()}
+    if platform.endswith("aarch64"):
+        assert loading == {"flashmla_ops": "optional", "infllm_ops": "on-use"}, loading
+        assert not [f for f in fails if "sm_121" in f], fails
+        (warn,) = [w for w in warnings if "sm_121" in w]
+        assert "sgl_kernel/flash_mla.py" in warn and "infllm_v2/_loader.py" in warn
+    else:
+        assert loading[next(k for k in loading if k == "common_ops")] == "import", loading
+        assert [f for f in fails if f.startswith("sglang-kernel 0.4.10 cannot run on sm_121")], fails
     # warm: the same answer from the cache, no file read
     warm = census.census([site], [SM120, SM121], cache_root=tmp_path, env={})
     assert warm["files_read"] == 0 and warm["distributions"] == report["distributions"]
