@@ -55,9 +55,11 @@ _EDIT_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 # [[taken]]: where the patched code takes the recipe's gate (sm120patch/planning/taken.py wraps the
 # anchor so the server logs `sm120patch: <id> taken` once per process)
+LOGS_IF = ("true", "false", "reached")  # [[taken]].logs_if: which value of the anchor takes the gate
 _TAKEN_KEYS: dict[str, type | tuple[type, ...]] = {
     "functions": list,
     "anchor": str,
+    "logs_if": str,
     "near": str,
     "when": str,
 }
@@ -85,6 +87,9 @@ class Taken:
     anchor: str
     when: str
     near: str | None = None
+    # which value of the anchor takes the gate: "true" (the SM12x test passed), "false" (a test for another GPU
+    # failed: the path for the rest is taken) or "reached" (a value that is no test: the line when it is evaluated)
+    logs_if: str = "true"
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,10 @@ def _load_taken(path: Path, i: int, raw: Any) -> Taken:
         raise fail(
             path, f"{key}.anchor", f"{raw['anchor']!r} is not a Python expression", "write e.g. 'is_sm120_supported()'"
         )
-    return Taken(functions, raw["anchor"], raw["when"].strip(), raw.get("near"))
+    logs_if = raw.get("logs_if", "true")
+    if logs_if not in LOGS_IF:
+        raise fail(path, f"{key}.logs_if", repr(logs_if), f"use one of {', '.join(LOGS_IF)}")
+    return Taken(functions, raw["anchor"], raw["when"].strip(), raw.get("near"), logs_if)
 
 
 def load_recipe(path: Path) -> Recipe:

@@ -3,9 +3,11 @@
 A recipe's `[[taken]]` names an expression of the patched code (`anchor`, in `functions`,
 optionally only in statements whose own arm mentions `near`) that runs when the gate's path
 is chosen. After the recipe's edits, each occurrence in the files the recipe changed becomes
-`_sm120patch_taken("<recipe-id>", <anchor>)`, and the module gains, once, the helper
-`_sm120patch_taken(recipe_id, value)`: the first time a process evaluates it for a recipe it
-logs `sm120patch: <recipe-id> taken` at INFO on the `sm120patch` logger and writes the same
+`_sm120patch_taken("<recipe-id>", <anchor>)` (with a third argument where the entry's `logs_if` is
+not "true"), and the module gains, once, the helper `_sm120patch_taken(recipe_id, value, logs_if=True)`:
+the first time a process evaluates it for a recipe with the value that takes the gate (true; false
+for `logs_if = "false"`; any value for "reached"), so an H100 that evaluates the SM12x test and gets
+False says nothing, it logs `sm120patch: <recipe-id> taken` at INFO on the `sm120patch` logger and writes the same
 line to stderr (SGLang servers seldom configure that logger); it never raises and always
 returns `value`, so the patched code means what it meant. verify, diagnose and guard read the
 line back (sm120patch/taken_line.py). An anchor a release does not have costs only the line:
@@ -29,12 +31,14 @@ HELPER = "_sm120patch_taken"
 # one statement, self-contained: its seen-set hangs on the `sm120patch` logger, so a recipe whose
 # gate sits in two modules still logs once per process. No token spans lines (a one-line docstring):
 # libcst writes every line break in the module's own newline (CRLF files stay CRLF)
-HELPER_CODE = '''def _sm120patch_taken(recipe_id, value):
-    """sm120patch: log `sm120patch: <recipe-id> taken` once per process and recipe; returns value."""
+HELPER_CODE = '''def _sm120patch_taken(recipe_id, value, logs_if=True):
+    """sm120patch: log `sm120patch: <recipe-id> taken` once per process and recipe when value takes the gate."""
     try:
         import logging
         import sys
 
+        if logs_if is not None and bool(value) != logs_if:
+            return value
         logger = logging.getLogger("sm120patch")
         seen = logger.__dict__.setdefault("_sm120patch_taken", set())
         if recipe_id not in seen:
@@ -58,7 +62,8 @@ def add_taken(ws: Workspace, recipe: Recipe, paths: Iterable[Path]) -> str:
     missing: list[str] = []
     wrapped: set[Path] = set()
     for entry in recipe.taken:
-        params = {"anchor": entry.anchor, "template": f'{HELPER}("{recipe.id}", __anchor__)'}
+        extra = {"true": "", "false": ", False", "reached": ", None"}[entry.logs_if]
+        params = {"anchor": entry.anchor, "template": f'{HELPER}("{recipe.id}", __anchor__{extra})'}
         if entry.near:
             params["near"] = entry.near
         found = False

@@ -25,7 +25,8 @@ from tools.releases import SGLANG_RELEASES
 pytestmark = pytest.mark.releases
 
 CLI = [sys.executable, "-m", "sm120patch"]
-WITH_TAKEN = {r.id for r in load_recipes(package="sglang") if r.taken}
+BY_ID = {r.id: r for r in load_recipes(package="sglang")}
+WITH_TAKEN = {i for i, r in BY_ID.items() if r.taken}
 
 
 def _sm(*args: object) -> dict:
@@ -43,16 +44,22 @@ def _hashes(root: Path) -> dict[str, str]:
 
 
 def _taken_calls(tree: ast.AST) -> list[str]:
-    """The recipe ids of every `_sm120patch_taken("<id>", ...)` call in a module."""
-    return [
-        n.args[0].value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Name)
-        and n.func.id == HELPER
-        and len(n.args) == 2
-        and isinstance(n.args[0], ast.Constant)
-    ]
+    """The recipe ids of every `_sm120patch_taken("<id>", anchor[, logs_if])` call in a module."""
+    return [id_ for id_, _ in _taken_args(tree)]
+
+
+def _taken_args(tree: ast.AST) -> list[tuple[str, str]]:
+    """(recipe id, what its third argument says: "true" when absent, "false", "reached" for None)."""
+    out = []
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == HELPER):
+            continue
+        if len(n.args) not in (2, 3) or not isinstance(n.args[0], ast.Constant):
+            continue
+        third = n.args[2] if len(n.args) == 3 else None
+        said = "true" if third is None else {False: "false", None: "reached"}[ast.literal_eval(third)]
+        out.append((n.args[0].value, said))
+    return out
 
 
 def _helper_source(text: str) -> str:
@@ -77,6 +84,8 @@ def test_every_applied_recipe_wraps_its_anchor_and_rollback_restores_the_release
             text = (tree / rel).read_text(encoding="utf-8")
             compile(text, rel, "exec")
             found = _taken_calls(ast.parse(text))
+            wanted = {t.logs_if for t in BY_ID[rid].taken}
+            assert all(said in wanted for i, said in _taken_args(ast.parse(text)) if i == rid), (rel, wanted)
             if rid in found:
                 assert len([n for n in ast.parse(text).body if getattr(n, "name", "") == HELPER]) == 1, rel
             ids += found
@@ -118,8 +127,9 @@ def test_the_inserted_helper_runs_and_logs_once(tmp_path: Path) -> None:
     err = io.StringIO()
     try:
         with redirect_stderr(err):
+            assert helper("sglang-h100", False) is False  # type: ignore[operator]  # the SM12x test fails: nothing
             assert helper("sglang-x-sm120", 41) == 41  # type: ignore[operator]
-            assert helper("sglang-x-sm120", False) is False  # type: ignore[operator]
+            assert helper("sglang-x-sm120", True) is True  # type: ignore[operator]
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)

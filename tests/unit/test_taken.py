@@ -155,10 +155,41 @@ def test_the_helper_logs_once_over_two_calls_and_returns_its_argument() -> None:
     sentinel = object()
     with _taken_log() as (records, err):
         assert helper("r-one", sentinel) is sentinel  # type: ignore[operator]
-        assert helper("r-one", 0) == 0  # type: ignore[operator]
-        assert helper("r-two", None) is None  # type: ignore[operator]
+        assert helper("r-one", 1) == 1  # type: ignore[operator]
+        assert helper("r-two", None, None) is None  # type: ignore[operator]
     assert records == ["sm120patch: r-one taken", "sm120patch: r-two taken"]
     assert err.getvalue() == "sm120patch: r-one taken\nsm120patch: r-two taken\n"
+
+
+@pytest.mark.parametrize(
+    ("calls", "logged"),
+    [
+        ([(False, True)], []),  # an H100 evaluates the SM12x test and gets False: nothing taken
+        ([(False, True), (True, True)], ["r"]),  # the first true value logs
+        ([(True, False)], []),  # logs_if = "false": an SM100 passing the SM100 test takes nothing of ours
+        ([(0, False)], ["r"]),
+        ([((9, 0), None)], ["r"]),  # logs_if = "reached": any value
+        ([(None, None)], ["r"]),
+    ],
+)
+def test_the_helper_logs_only_for_the_value_that_takes_the_gate(calls: list, logged: list[str]) -> None:
+    ns: dict[str, object] = {}
+    exec(compile(HELPER_CODE, "<helper>", "exec"), ns)
+    with _taken_log() as (records, _):
+        for value, logs_if in calls:
+            assert ns[HELPER]("r", value, logs_if) == value  # type: ignore[operator]
+    assert records == [f"sm120patch: {i} taken" for i in logged]
+
+
+def test_logs_if_loads_and_a_bad_value_is_refused(tmp_path: Path) -> None:
+    (t,) = load_recipe(_write(tmp_path, GOOD + TAKEN + 'logs_if = "false"\n')).taken
+    assert t.logs_if == "false"
+    (t,) = load_recipe(_write(tmp_path, GOOD + TAKEN)).taken
+    assert t.logs_if == "true"
+    path = _write(tmp_path, GOOD + TAKEN + 'logs_if = "sometimes"\n')
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    assert str(e.value).startswith(f"{path}: taken[0].logs_if") and "true, false, reached" in str(e.value)
 
 
 def test_the_helper_never_raises() -> None:
