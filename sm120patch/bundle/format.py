@@ -11,7 +11,7 @@ A bundle is a folder:
 Paths in every patch are relative to the folder that holds the package (`sglang/...`,
 `flashinfer/...`): site-packages in an image, `python/` in an SGLang clone, the root of a
 FlashInfer clone. `git apply`, `git am` and `patch -p1` from there give exactly the bytes
-`sm120patch apply` gives on the same release. Export is a dry run (`transaction.plan_many`):
+`sm120patch apply` gives on the same release. Export is a dry run (`pipeline.plan_many`):
 nothing is written to the trees. The output is reproducible: no wall clock (the date is
 `$SOURCE_DATE_EPOCH`, else 1970), no machine paths, sorted keys.
 

@@ -6,8 +6,8 @@ what makes that safe:
 
 - plan and apply FlashInfer targets first; every FlashInfer recipe is probed on an overlay
   of the patched sources (`overlay.py`) before a byte is written, and the SGLang recipes'
-  probes then judge that patched FlashInfer (the overlay in a dry run, the real tree once
-  written);
+  probes then judge that patched FlashInfer (the same overlay, in `plan` and in `apply`: a
+  proof made there stands for the real FlashInfer, `FlashInferEnv.identity`);
 - write FlashInfer, then SGLang; roll back SGLang, then FlashInfer. A kill at any moment
   leaves one of: nothing, FlashInfer patched (harmless alone: it only adds SM12x kernels),
   or both; never an SGLang gate open over a FlashInfer without its kernels;
@@ -15,6 +15,10 @@ what makes that safe:
   FlashInfer recipe back rolls the dependent back first, and says so. A dependency this run
   did not record (the trees were patched in separate runs) is still caught: the SGLang
   recipe's proof no longer holds, so it is `stale` everywhere it is checked.
+
+`reconcile` decides the whole change first (the plans, and the actions as data: `actions.py`);
+`execute` carries the actions out in one pass; `apply` is the two under one lock, `plan` the first
+alone, so an apply does what the plan printed for the same inputs.
 
 One journal per tree root: when both packages sit in one site-packages they share it (one
 lock). Every layout (one tree, a pair, one site-packages holding both; `engine.apply` and
@@ -28,8 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +43,7 @@ from sm120patch.catalogue.recipes import Recipe
 from sm120patch.engine import steps
 from sm120patch.engine.actions import Action, ActionKind
 from sm120patch.engine.journal import Applied, Dependent, Journal
-from sm120patch.engine.pipstate import Retired, obsolete, retire
+from sm120patch.engine.pipstate import obsolete, retire
 from sm120patch.errors import JournalError, UserError
 from sm120patch.hints import rollback_command
 from sm120patch.planning.plan import (
@@ -119,17 +124,6 @@ def _fi_of(t: Target, run: RunSettings) -> FlashInferEnv | None:
     return from_tree(t.package_dir, python=run.fi.python if run.fi else None)
 
 
-def _relocate(proofs: dict[str, Any], real: FlashInferEnv | None) -> None:
-    """Proofs made on an overlay stand for the real tree once written: record the real place."""
-    if real is None:
-        return
-    for proof in proofs.values():
-        for v in proof.verdicts:
-            where = (v.get("evidence") or {}).get("flashinfer")
-            if where:
-                where["location"] = real.location
-
-
 @dataclass
 class Choice:
     """Which recipes a command may write: `--recipe` (only these) and `--exclude` (never these)."""
@@ -152,7 +146,6 @@ def plan_target(
     journal: Journal,
     fi_new: FlashInferEnv | None,
     choice: Choice = Choice(),  # noqa: B008 - frozen
-    fi_now: FlashInferEnv | None = None,
     planner: Planner = plan,
     checks_out: dict[str, Recheck] | None = None,
     without: frozenset[str] = frozenset(),
@@ -160,7 +153,8 @@ def plan_target(
     """One target's plan, the same for every layout and every command. New recipes are probed on
     FlashInfer as it will be: a FlashInfer target's own recipes on an overlay of the sources they
     leave, an SGLang target's on `fi_new` (the FlashInfer the FlashInfer recipes of this run leave);
-    applied ones (stale or not) on the FlashInfer on disk now. Returns the plans, the FlashInfer
+    applied ones (stale or not) on the FlashInfer they will run on: a FlashInfer target's on disk
+    now, an SGLang target's on `fi_new`. Returns the plans, the FlashInfer
     after them, and the proofs of the recipes that may be written. `planner` plans non-FlashInfer
     targets (preflight passes the plan-result cache's; a FlashInfer target always gets `plan`: its
     overlay needs the bytes). `checks_out` receives the applied recipes' rechecks. `without`: applied
@@ -169,8 +163,10 @@ def plan_target(
     base = _fi_of(t, run) if is_fi else fi_new
     applied = steps.applied_reasons(journal, t)
     planner = plan if is_fi else planner
+    rolled: dict[str, bytes] = {}  # the files the rollback of `without` rewrites (by path in the tree)
     if without & set(applied):
-        planner = functools.partial(plan, read=_read_after_rollback(journal, t, recipes, applied, without))
+        rolled = _after_rollback(journal, t, recipes, applied, without)
+        planner = functools.partial(plan, read=_reader(t, rolled))
         applied = {k: v for k, v in applied.items() if k not in without}
     plans = planner(t, recipes, run.archs, applied=applied, allow_untested=run.allow_untested)
     if choice.only or choice.exclude:
@@ -182,38 +178,50 @@ def plan_target(
             if p.recipe.id in choice.exclude and p.status != APPLIED:
                 p.mark(EXCLUDED, f"excluded (--exclude): {p.reason}")
     todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-    after = base
+    seen = is_fi and not run.fixed and run.level != "none" and base is not None  # FlashInfer as it will be
+    after = overlay(base, _package_paths(t, rolled)) if seen and rolled else base
     proofs: dict[str, Any] = {}
     if todo:
-        if is_fi and not run.fixed and run.level != "none":
-            after = overlay(base, _package_changes(t, todo))
+        if seen:
+            after = overlay(base, {**_package_paths(t, rolled), **_package_changes(t, todo)})
         proofs = steps.block_failing(todo, run.probe(after))
         keep = {p.recipe.id for p in todo if p.status == APPLICABLE}
         if len(keep) < len(todo):  # without the blocked ones, a shared file's bytes chain differently
             plans = steps.replan(t, recipes, run.archs, applied, plans, keep, run.allow_untested, planner)
-            if is_fi and not run.fixed and run.level != "none":
-                after = overlay(base, _package_changes(t, [p for p in plans if p.recipe.id in keep]))
-    checks = steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_now or fi_new))
+            if seen:
+                kept = [p for p in plans if p.recipe.id in keep]
+                after = overlay(base, {**_package_paths(t, rolled), **_package_changes(t, kept)})
+    checks = steps.mark_stale(plans, journal, t, run.probe(_fi_of(t, run) if is_fi else fi_new))
     if checks_out is not None:
         checks_out.update(checks)
     return plans, after, proofs
 
 
-def _read_after_rollback(
+def _after_rollback(
     journal: Journal, t: Target, recipes: Sequence[Recipe], applied: dict[str, str], without: frozenset[str]
-) -> Callable[[Path], bytes]:
-    """How a file reads once the recipes in `without` are rolled back (the kept ones replayed over
-    the originals, as `steps.rollback_locked` writes them), without writing it."""
+) -> dict[str, bytes]:
+    """The files the rollback of the recipes in `without` rewrites, as they will read (the kept
+    ones replayed over the originals, as `steps.rollback_locked` writes them), by path in the tree;
+    nothing is written."""
     entries = [a.raw for a in journal.entries(t.package) if a.id in applied]
     touched = sorted({rel for a in entries if a["id"] in without for rel in a.get("files") or ()})
     keep = [a for a in entries if a["id"] not in without]
-    new = steps.replay(journal, t, recipes, None, keep, touched)
+    return steps.replay(journal, t, recipes, None, keep, touched)
+
+
+def _reader(t: Target, new: dict[str, bytes]) -> Callable[[Path], bytes]:
+    """How a planner reads the tree once `new` (by path in the tree) is written."""
 
     def read(path: Path) -> bytes:
         rel = t.rel(path)
         return new[rel] if rel in new else path.read_bytes()
 
     return read
+
+
+def _package_paths(t: Target, by_tree_path: dict[str, bytes]) -> dict[str, bytes]:
+    """Tree paths -> paths inside the package (what an overlay takes)."""
+    return {(t.root / rel).relative_to(t.package_dir).as_posix(): b for rel, b in by_tree_path.items()}
 
 
 def note_shadowing_builds(t: Target, plans: Sequence[RecipePlan]) -> None:
@@ -248,12 +256,38 @@ def _note_obsolete(journal: Journal, t: Target, plans: Sequence[RecipePlan]) -> 
 
 
 @dataclass
+class TargetWork:
+    """One target's part of a reconciliation: what the executor carries out there, beside the
+    actions that say it. `plans` are the plans apply reports (made on the bytes the target's
+    rollbacks leave), `write` the recipes to write with their `proofs`, `renew` the rechecks whose
+    new proof is recorded, `taken` why each recipe rolled back here goes."""
+
+    target: Target
+    actions: list[Action] = field(default_factory=list)  # this target's section, in order
+    plans: list[RecipePlan] = field(default_factory=list)
+    write: list[RecipePlan] = field(default_factory=list)
+    proofs: dict[str, Any] = field(default_factory=dict)
+    renew: dict[str, Recheck] = field(default_factory=dict)
+    taken: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class Reconciliation:
     """What a plan decided: each recipe's plan (what `plan` reports) and the actions an apply with
-    the same inputs carries out, in order (`actions.py`)."""
+    the same inputs carries out, in order (`actions.py`): first the prelude (what pip replaced, and
+    the SGLang recipes standing on it), then each target's section (`work`, in apply's order)."""
 
     plans: list[RecipePlan]
-    actions: list[Action]
+    prelude: list[Action]
+    work: list[TargetWork]
+    choice: Choice = field(default_factory=Choice)
+
+    @property
+    def actions(self) -> list[Action]:
+        return [*self.prelude, *(a for w in self.work for a in w.actions)]
+
+    def of(self, tree: str, package: str) -> TargetWork:
+        return next(w for w in self.work if str(w.target.root) == tree and w.target.package == package)
 
 
 def plan_many(
@@ -278,76 +312,90 @@ def reconcile(
     exclude: Sequence[str] | None = None,
     commit: bool = False,
     planner: Planner = plan,
+    journals: dict[Path, Journal] | None = None,
 ) -> Reconciliation:
     """The whole change an apply with these inputs makes, decided from what is on disk (journals,
-    pip's versions and bytes, git) and what is wanted, writing nothing: the plans (the same
-    `plan_target` apply runs) and the actions in apply's order. Takes back what pip replaced or
-    what went stale, with the SGLang recipes standing on it, then writes and records what the
-    probe proves (`planner`: see `plan_target`)."""
-    fi = now = run.fi
+    pip's versions and bytes, git) and what is wanted, writing nothing: the plans and the actions
+    in apply's order, which `execute` carries out. Takes back what pip replaced or what went
+    stale, with the SGLang recipes standing on it, then writes and records what the probe proves,
+    every probe judging FlashInfer as this change leaves it (an overlay until it is written).
+    `journals`: apply's, opened under its lock (else opened here, read only); `planner`: see
+    `plan_target`."""
+    fi = run.fi
     choice = Choice.of(only, [*(exclude or ()), *run.exclude])
-    journals = {t.root: Journal.open(t.root) for t in targets}
+    journals = journals if journals is not None else {t.root: Journal.open(t.root) for t in targets}
     out: list[RecipePlan] = []
     order = ordered(targets)
+    work = {(t.root, t.package): TargetWork(t) for t in order}
     retired = {(t.root, t.package): obsolete(journals[t.root], t) for t in order}
-    actions = [
+    prelude = [
         Action(ActionKind.RETIRE, str(t.root), t.package, r.id, r.why, tuple(r.entry.get("files") or ()))
         for t in order
         for r in retired[(t.root, t.package)]
     ]
     dropped: dict[tuple[Path, str], set[str]] = {k: {r.id for r in rs} for k, rs in retired.items()}
 
-    def take_back_dependents(fi_target: Target, entries: Sequence[dict[str, Any]], why: str) -> None:
+    def take_back_dependents(
+        fi_target: Target, entries: Sequence[dict[str, Any]], why: str, into: list[Action]
+    ) -> None:
         for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
             gone = dropped.setdefault((sg.root, sg.package), set())
             files = {a.id: a.files for a in journals[sg.root].entries("sglang")}
             for i in [i for i in ids if i not in gone]:
                 gone.add(i)
-                actions.append(Action(ActionKind.ROLLBACK_DEPENDENT, str(sg.root), sg.package, i, why, files[i]))
+                work[(sg.root, sg.package)].taken[i] = why
+                into.append(Action(ActionKind.ROLLBACK_DEPENDENT, str(sg.root), sg.package, i, why, files[i]))
 
     for t in [t for t in targets if t.package == "flashinfer"]:
         mine = [r.entry for r in retired[(t.root, t.package)]]
-        take_back_dependents(t, mine, f"proven on FlashInfer recipes pip replaced in {t.root}")
+        take_back_dependents(t, mine, f"proven on FlashInfer recipes pip replaced in {t.root}", prelude)
     fi_applied: dict[str, dict[str, set[str]]] = {}  # FlashInfer location -> its recipes -> files changed
     for t in order:
         journal = journals[t.root]
+        w = work[(t.root, t.package)]
         checks: dict[str, Recheck] = {}
-        plans, after, proofs = plan_target(t, recipes, run, journal, fi, choice, now, planner, checks)
+        plans, after, proofs = plan_target(t, recipes, run, journal, fi, choice, planner, checks)
         gone = dropped.get((t.root, t.package), set())
         entries = {a.id: a for a in journal.entries(t.package)}
-        mine: list[Action] = []
         stale = [i for i, c in checks.items() if not c.holds and i not in gone and i in entries]
         for i, c in checks.items():
             if c.holds and c.probe is not None and i not in gone:
-                mine.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, i, f"renewed: {c.reason}"))
+                w.renew[i] = c
+                w.actions.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, i, f"renewed: {c.reason}"))
         for i in stale:
-            mine.append(
+            w.taken[i] = checks[i].reason
+            w.actions.append(
                 Action(ActionKind.ROLLBACK_STALE, str(t.root), t.package, i, checks[i].reason, entries[i].files)
             )
-        actions += mine
         if t.package == "flashinfer" and stale:
             why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
-            take_back_dependents(t, [entries[i].raw for i in stale], why)
+            take_back_dependents(t, [entries[i].raw for i in stale], why, w.actions)
         taken = frozenset(gone | set(stale)) & set(entries)
+        w.plans = plans
         if taken:  # what apply plans once those are rolled back: the tree's bytes after the rollback
-            _, after, proofs = again = plan_target(t, recipes, run, journal, fi, choice, now, planner, without=taken)
-            todo = [p for p in again[0] if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-        else:
-            todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-        actions += _write_actions(t, todo, proofs, run, commit, fi_applied, fi)
+            w.plans, after, proofs = plan_target(t, recipes, run, journal, fi, choice, planner, without=taken)
+            _note_obsolete(journal, t, w.plans)
+        w.write = [p for p in w.plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
+        w.proofs = proofs
+        w.actions += _write_actions(t, w.write, proofs, run, commit, fi_applied, fi)
         if t.package == "flashinfer":
-            fi, now = after, _fi_of(t, run) or now
-            if fi is not None and not run.fixed:  # what apply records SGLang proofs against
+            fi = after
+            if fi is not None and not run.fixed:  # what the SGLang proofs stand on
                 held = {p.recipe.id for p in plans if p.status == APPLIED} - gone - set(stale)
                 files = {a.id: _changed_in_package(t, a) for a in journal.entries(t.package) if a.id in held}
                 files.update(
-                    {p.recipe.id: {(t.root / r).relative_to(t.package_dir).as_posix() for r in p.files} for p in todo}
+                    {
+                        p.recipe.id: {(t.root / r).relative_to(t.package_dir).as_posix() for r in p.files}
+                        for p in w.write
+                    }
                 )
-                fi_applied[fi.location] = files
+                fi_applied[fi.identity] = files
             note_shadowing_builds(t, plans)
+            if w.plans is not plans:
+                note_shadowing_builds(t, w.plans)
         _note_obsolete(journal, t, plans)
         out += plans
-    return Reconciliation(out, actions)
+    return Reconciliation(out, prelude, list(work.values()), choice)
 
 
 def _write_actions(
@@ -364,7 +412,7 @@ def _write_actions(
     out = [Action(ActionKind.WRITE, str(t.root), t.package, p.recipe.id, p.reason, tuple(p.files)) for p in todo]
     for p in todo:
         if p.recipe.id in proofs:
-            on = _stands_on_of(p.probe, fi_applied, fi.location if fi else None) if t.package == "sglang" else []
+            on = _stands_on_of(p.probe, fi_applied, fi.identity if fi else None) if t.package == "sglang" else []
             why = proofs[p.recipe.id].reason + (f"; stands on {', '.join(on)}" if on else "")
             out.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, p.recipe.id, why))
     if commit and t.is_git:
@@ -469,12 +517,6 @@ def _journal_order(journals: dict[Path, Journal], targets: Sequence[Target]) -> 
     return out
 
 
-def _retire_all(journals: dict[Path, Journal], targets: Sequence[Target]) -> dict[str, Retired]:
-    """Drop what pip made obsolete from every journal: inside the command's transaction, so an
-    error or a kill puts the entries back with the bytes (the next run retires them again)."""
-    return {r.id: r for t in ordered(targets) for r in retire(journals[t.root], t)}
-
-
 def apply_many(
     targets: Sequence[Target],
     recipes: Sequence[Recipe],
@@ -487,14 +529,9 @@ def apply_many(
     exclude: Sequence[str] | None = None,
     log: list[Action] | None = None,
 ) -> list[RecipePlan]:
-    """apply over every target in order: FlashInfer probed on its overlay and written first,
-    then SGLang probed on the FlashInfer now on disk; all of it one transaction. `log` receives
-    the actions carried out, in order, in `reconcile`'s words (what `plan` printed)."""
-    fi = run.fi
-    choice = Choice.of(only, [*(exclude or ()), *run.exclude])
-    out: list[RecipePlan] = []
-    did: list[Action] = [] if log is None else log
-    fi_recipes: dict[str, tuple[Target, list[str]]] = {}  # FlashInfer location -> its applied recipe ids
+    """apply over every target: `reconcile` decides under the journals' lock (what `plan` prints
+    for the same inputs), then `execute` carries the actions out, all of it one transaction.
+    `log` receives the actions carried out, in order."""
     roots = [t.root for t in targets]
     if commit:  # before a byte is written: a commit that cannot be made must not leave files changed
         from sm120patch.gitops import identity_problem
@@ -504,73 +541,95 @@ def apply_many(
             if problem:
                 raise UserError(problem)
     with _locked(roots, wait_s) as journals, all_or_nothing(_journal_order(journals, targets)):
-        retired = _retire_all(journals, targets)
-        did += [
-            Action(ActionKind.RETIRE, str(r.root), r.package, r.id, r.why, tuple(r.entry.get("files") or ()))
-            for r in retired.values()
-        ]
-        gone: dict[Path, dict[str, str]] = {}
-        for t in [t for t in targets if t.package == "flashinfer"]:
-            mine = [r.entry for r in retired.values() if r.package == "flashinfer" and r.root == t.root]
-            why = f"proven on FlashInfer recipes pip replaced in {t.root}"
-            _take_back_dependents(journals, targets, recipes, t, mine, why, gone, did)
-        for t in ordered(targets):
-            journal = journals[t.root]
-            now = _fi_of(t, run) if t.package == "flashinfer" else fi
-            before = {a["id"]: a for a in journal.applied}
-            renewed: dict[str, str] = {}
-            stale = steps.take_back_stale(journal, t, recipes, run.archs, run.probe(now), renewed)
-            did += [
-                Action(ActionKind.RECORD_PROOF, str(t.root), t.package, i, f"renewed: {w}") for i, w in renewed.items()
-            ]
-            did += [
-                Action(ActionKind.ROLLBACK_STALE, str(t.root), t.package, i, w, tuple(before[i].get("files") or ()))
-                for i, w in stale.items()
-            ]
-            if t.package == "flashinfer" and stale:
-                why = f"proven on FlashInfer recipes taken back as stale in {t.root}"
-                _take_back_dependents(journals, targets, recipes, t, [before[i] for i in stale], why, gone, did)
-            stale.update(gone.get(t.root, {}) if t.package == "sglang" else {})
-            plans, _, proofs = plan_target(t, recipes, run, journal, fi, choice, fi)
-            _name_conflicts(journal, t, plans, choice, run.archs)
-            if t.package == "flashinfer":
-                _relocate(proofs, _fi_of(t, run))
-            todo = [p for p in plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
-            wrote = [
-                Action(ActionKind.WRITE, str(t.root), t.package, p.recipe.id, p.reason, tuple(p.files)) for p in todo
-            ]
-            steps.write_proven(journal, t, recipes, run.archs, todo, proofs, force=force, commit=commit)
-            did += wrote
-            if t.package == "flashinfer":
-                note_shadowing_builds(t, plans)
-                fi = _fi_of(t, run) or fi  # now patched on disk: what the SGLang probes judge
-                if fi is not None:
-                    ids = [a["id"] for a in journal.applied if a.get("package") == t.package]
-                    fi_recipes[fi.location] = (t, ids)
-                on: dict[str, list[str]] = {}
-            else:
-                on = _record_dependents(journals, t, plans, fi_recipes)
-            for p in todo:
-                if p.recipe.id in proofs:
-                    why = proofs[p.recipe.id].reason + (
-                        f"; stands on {', '.join(on[p.recipe.id])}" if on.get(p.recipe.id) else ""
-                    )
-                    did.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, p.recipe.id, why))
-            if commit and t.is_git and todo:
-                branch = f"sm120patch/{'+'.join(a.name for a in run.archs)}"
-                did += [
-                    Action(ActionKind.COMMIT, str(t.root), t.package, p.recipe.id, f"on {branch}", tuple(p.files))
-                    for p in todo
-                ]
-            for p in plans:
-                if p.recipe.id in stale and p.status != APPLIED:
-                    p.mark(REVERTED, f"reverted: {stale[p.recipe.id]}")
-                elif p.recipe.id in stale:
-                    p.reason += f" (rolled back first: {stale[p.recipe.id]}; then proven again and applied)"
-                elif p.recipe.id in retired and retired[p.recipe.id].package == t.package:
-                    r = retired[p.recipe.id]
-                    p.reason += f" [{r.state}: {r.why}]"
-            out += plans
+        decided = reconcile(targets, recipes, run, only=only, exclude=exclude, commit=commit, journals=journals)
+        return execute(decided, journals, recipes, run, force=force, commit=commit, log=log)
+
+
+def execute(
+    decided: Reconciliation,
+    journals: dict[Path, Journal],
+    recipes: Sequence[Recipe],
+    run: RunSettings,
+    *,
+    force: bool = False,
+    commit: bool = False,
+    log: list[Action] | None = None,
+) -> list[RecipePlan]:
+    """Carry out a reconciliation's actions in order, inside the caller's transaction (apply's):
+    the prelude, then each target's section. Nothing is decided here: every action's payload
+    (the plan to write, its proof, the recheck to record) is the one `reconcile` made. Returns
+    the plans apply reports; `log` receives each action once carried out."""
+    did: list[Action] = [] if log is None else log
+    _carry_out(decided, decided.prelude, journals, recipes, run, force, commit, did)
+    out: list[RecipePlan] = []
+    for w in decided.work:
+        t = w.target
+        writes = next((k for k, a in enumerate(w.actions) if a.kind is ActionKind.WRITE), len(w.actions))
+        _carry_out(decided, w.actions[:writes], journals, recipes, run, force, commit, did)
+        _name_conflicts(journals[t.root], t, w.plans, decided.choice, run.archs)
+        _carry_out(decided, w.actions[writes:], journals, recipes, run, force, commit, did)
+        if t.package == "sglang":  # its applied recipes whose proofs read a FlashInfer recipe's files
+            _record_dependents(journals, t, w.plans, _fi_recipes(decided, journals, run))
+        for p in w.plans:
+            why = w.taken.get(p.recipe.id)
+            if why is not None and p.status != APPLIED:
+                p.mark(REVERTED, f"reverted: {why}")
+            elif why is not None:
+                p.reason += f" (rolled back first: {why}; then proven again and applied)"
+        out += w.plans
+    return out
+
+
+def _carry_out(
+    decided: Reconciliation,
+    actions: Sequence[Action],
+    journals: dict[Path, Journal],
+    recipes: Sequence[Recipe],
+    run: RunSettings,
+    force: bool,
+    commit: bool,
+    did: list[Action],
+) -> None:
+    """Run of actions of one kind on one tree and package at a time (one rollback replays every
+    recipe it keeps once; one write is one journaled transaction), in order."""
+    for (kind, tree, package), group in itertools.groupby(actions, key=lambda a: (a.kind, a.tree, a.package)):
+        acts = list(group)
+        w = decided.of(tree, package)
+        t, journal, ids = w.target, journals[w.target.root], [a.recipe for a in acts]
+        if kind is ActionKind.RETIRE:
+            retire(journal, t, ids)
+        elif kind in (ActionKind.ROLLBACK_DEPENDENT, ActionKind.ROLLBACK_STALE):
+            steps.rollback_locked(journal, t, recipes, None, ids, force=False)
+        elif kind is ActionKind.RECORD_PROOF:
+            renewed = [i for i in ids if i in w.renew]
+            for a in [a for a in journal.applied if a["id"] in renewed and a.get("package") == t.package]:
+                probe = w.renew[a["id"]].probe
+                assert probe is not None
+                a["evidence"] = probe.record()
+            if renewed:
+                journal.note("recheck", renewed=renewed)
+                journal.save()
+            # a written recipe's proof was kept by its write; what it stands on, once the section is done
+        elif kind is ActionKind.WRITE:
+            todo = [p for i in ids for p in w.write if p.recipe.id == i]
+            steps.write_proven(journal, t, recipes, run.archs, todo, w.proofs, force=force, commit=commit)
+        elif kind is not ActionKind.COMMIT:  # a commit is made with its write (one step, undone together)
+            raise RuntimeError(f"sm120patch: no executor for {kind}")
+        did += acts
+
+
+def _fi_recipes(
+    decided: Reconciliation, journals: dict[Path, Journal], run: RunSettings
+) -> dict[str, tuple[Target, list[str]]]:
+    """FlashInfer location -> (its target, the recipes applied there now): what SGLang proofs stand on."""
+    out: dict[str, tuple[Target, list[str]]] = {}
+    for w in [w for w in decided.work if w.target.package == "flashinfer"]:
+        fi = _fi_of(w.target, run)
+        if fi is not None:
+            out[fi.location] = (
+                w.target,
+                [a["id"] for a in journals[w.target.root].applied if a.get("package") == "flashinfer"],
+            )
     return out
 
 
@@ -625,28 +684,6 @@ def _fits_the_release(journal: Journal, t: Target, recipe: Recipe, archs: Sequen
     except (JournalError, OSError):  # an original the journal lost: no claim either way
         return False
     return alone.status != NOT_APPLICABLE
-
-
-def _take_back_dependents(
-    journals: dict[Path, Journal],
-    targets: Sequence[Target],
-    recipes: Sequence[Recipe],
-    fi_target: Target,
-    entries: Sequence[dict[str, Any]],
-    why: str,
-    gone: dict[Path, dict[str, str]],
-    did: list[Action],
-) -> None:
-    """The SGLang recipes standing on FlashInfer recipes that are gone (pip replaced them, or they
-    went stale) are rolled back now, whatever the probe level: a gate must not stay open over a
-    FlashInfer without its kernels."""
-    if not entries:
-        return
-    for sg, ids in _dependents_of(journals, targets, fi_target, entries).items():
-        files = {a.id: a.files for a in journals[sg.root].entries("sglang")}
-        steps.rollback_locked(journals[sg.root], sg, recipes, None, ids, force=False)
-        gone.setdefault(sg.root, {}).update({i: why for i in ids})
-        did += [Action(ActionKind.ROLLBACK_DEPENDENT, str(sg.root), sg.package, i, why, tuple(files[i])) for i in ids]
 
 
 def _record_dependents(

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from sm120patch.hashing import sha256
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sm120patch.engine.journal import Applied, Journal
     from sm120patch.planning.targets import Target
 
@@ -100,10 +102,11 @@ def obsolete(journal: Journal, target: Target) -> list[Retired]:
     return out
 
 
-def retire(journal: Journal, target: Target) -> list[Retired]:
+def retire(journal: Journal, target: Target, ids: Sequence[str] | None = None) -> list[Retired]:
     """Drop the entries pip made obsolete from the journal (never a byte of the tree), and the
-    file records no remaining entry needs. The caller holds the lock; saved here."""
-    gone = obsolete(journal, target)
+    file records no remaining entry needs; `ids`: only those (what a reconciliation decided).
+    The caller holds the lock; saved here."""
+    gone = [r for r in obsolete(journal, target) if ids is None or r.id in ids]
     if not gone:
         return []
     ids = {r.id for r in gone}

@@ -181,34 +181,6 @@ def replan(
     return [alone.get(p.recipe.id, p) for p in plans]
 
 
-def take_back_stale(
-    journal: Journal,
-    target: Target,
-    recipes: Sequence[Recipe],
-    archs: Sequence[Arch],
-    probe: Probe | None,
-    renewed_out: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """Roll back applied recipes whose proof no longer holds; renew the proof of those that
-    still pass on a changed FlashInfer ({id: why} into `renewed_out`). Returns {id: why} for
-    what was rolled back."""
-    checks = rechecks(journal, target, recipes, probe)
-    renewed = False
-    for a in journal.applied:
-        c = checks.get(a["id"])
-        if c is not None and c.holds and c.probe is not None:
-            a["evidence"], renewed = c.probe.record(), True
-            if renewed_out is not None:
-                renewed_out[a["id"]] = c.reason
-    if renewed:
-        journal.note("recheck", renewed=[i for i, c in checks.items() if c.holds and c.probe is not None])
-        journal.save()
-    gone = {i: c.reason for i, c in checks.items() if not c.holds}
-    if gone:
-        rollback_locked(journal, target, recipes, archs, list(gone), force=False)
-    return gone
-
-
 def _write(
     journal: Journal,
     target: Target,

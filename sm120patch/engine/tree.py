@@ -26,7 +26,6 @@ from sm120patch.engine.steps import (  # noqa: F401 (the names callers read from
     replan,
     rollback_hint,
     rollback_locked,
-    take_back_stale,
     write_proven,
 )
 from sm120patch.errors import UserError
@@ -54,7 +53,7 @@ def make_plan(
     allow_untested: bool = False,
 ) -> list[RecipePlan]:
     """The dry run: statuses and diffs; an applicable recipe whose probe fails is `blocked`,
-    an applied one whose proof no longer holds is `stale` (`transaction.plan_many`, one target)."""
+    an applied one whose proof no longer holds is `stale` (`pipeline.plan_many`, one target)."""
 
     archs = [arch] if isinstance(arch, Arch) else list(arch)
     return plan_many([target], recipes, RunSettings.with_probe(archs, probe, allow_untested))
@@ -74,7 +73,7 @@ def apply(
     allow_untested: bool = False,
 ) -> list[RecipePlan]:
     """Take back what went stale, plan, probe, then journal and write what the probe proved:
-    `transaction.apply_many` on one target (every layout runs that one pipeline)."""
+    `pipeline.apply_many` on one target (every layout runs that one pipeline)."""
 
     archs = [arch] if isinstance(arch, Arch) else list(arch)
     return apply_many(

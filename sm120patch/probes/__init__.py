@@ -176,7 +176,7 @@ def _climb(kernel: Kernel, arch: Arch, fi: FlashInferEnv, level: str, cache: Pro
     from sm120patch.probes.static import check_static
 
     top = rung_index(level)
-    where = {"version": fi.version, "location": fi.location, "python": fi.python, "source": fi.source}
+    where = {"version": fi.version, "location": fi.identity, "python": fi.python, "source": fi.source}
     evidence = {"flashinfer": where, "files": fingerprint(fi, kernel)}
     if kernel.absent_on(arch):
         rung, step = _absent(kernel, arch, fi, top)

@@ -52,8 +52,8 @@ def changes(recorded: Mapping[str, Any], fi: FlashInferEnv) -> list[str]:
     """How the FlashInfer now differs from the one a verdict recorded (empty: it still holds)."""
     out = []
     was = recorded.get("flashinfer") or {}
-    if was.get("location") != fi.location:
-        out.append(f"FlashInfer moved: {was.get('location') or 'none'} -> {fi.location or 'none'}")
+    if was.get("location") != fi.identity:  # an overlay is the FlashInfer it stands for
+        out.append(f"FlashInfer moved: {was.get('location') or 'none'} -> {fi.identity or 'none'}")
     if was.get("version") != fi.version:
         out.append(f"FlashInfer {was.get('version')} -> {fi.version}")
     files = recorded.get("files") or {}

@@ -1,7 +1,7 @@
 """Switch the tree between the arms of a comparison, only through the journal.
 
 Three calls into the engine: which recipes are applied (`engine.applied_recipes`), apply some
-(`transaction.apply_many`, probe first, as `sm120patch apply --recipe` does), roll some back
+(`pipeline.apply_many`, probe first, as `sm120patch apply --recipe` does), roll some back
 (`transaction.rollback_many`); and the journal's own recovery (`Journal.lock` + `recover`) for a
 write that Ctrl-C cut short. Only the recipes under test are ever touched: others the user
 applied stay in both arms.

@@ -8,6 +8,7 @@ judges that patched FlashInfer; dependents roll back before what they stood on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -95,7 +96,12 @@ def test_the_backport_in_the_same_plan_unblocks_the_sglang_gate(tmp_path: Path, 
     assert plans[FIX].status == APPLICABLE and plans[AR].status == APPLICABLE, plans[AR].reason
     # the SGLang probe read the patched gate, from the overlay (nothing was written)
     (v,) = plans[AR].probe
-    assert "[9, 10, 12]" in v["reason"] and v["evidence"]["flashinfer"]["location"] != str(fi / "flashinfer")
+    assert "[9, 10, 12]" in v["reason"]
+    # it stands for the real FlashInfer once written (the overlay is only where it was read), and
+    # the bytes it read are the patched ones, not those on disk
+    assert v["evidence"]["flashinfer"]["location"] == str((fi / "flashinfer").resolve())
+    on_disk = hashlib.sha256((fi / "flashinfer" / "jit" / "comm.py").read_bytes()).hexdigest()
+    assert v["evidence"]["files"]["jit/comm.py"] not in (on_disk, "missing")
     assert (snapshot(sg), snapshot(fi)) == before
 
 

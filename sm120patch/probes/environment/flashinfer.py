@@ -44,6 +44,14 @@ class FlashInferEnv:
     jit_cache_dir: Path | None = None
     user_cache_dirs: list[Path] = field(default_factory=list)
     error: str = ""
+    stands_for: Path | None = None  # an overlay: the package folder whose patched state it is
+
+    @property
+    def identity(self) -> str:
+        """The FlashInfer a proof made here is about: an overlay stands for the real package folder
+        it will become once written, so its proofs hold there (evidence records this, not the
+        overlay's path); `location` stays the folder read."""
+        return str(self.stands_for) if self.stands_for else self.location
 
     @property
     def found(self) -> bool:

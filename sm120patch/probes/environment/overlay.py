@@ -161,4 +161,5 @@ def overlay(fi: FlashInferEnv, changes: Mapping[str, bytes]) -> FlashInferEnv:
     env.version = fi.version  # the overlay has no dist-info: it is this FlashInfer, patched
     env.dist_versions = dict(fi.dist_versions)
     env.cubin_dir, env.jit_cache_dir, env.user_cache_dirs = fi.cubin_dir, fi.jit_cache_dir, fi.user_cache_dirs
+    env.stands_for = fi.stands_for or fi.package_dir  # its proofs are about the real FlashInfer, once written
     return env
