@@ -109,8 +109,8 @@ def retire(journal: Journal, target: Target, ids: Sequence[str] | None = None) -
     gone = [r for r in obsolete(journal, target) if ids is None or r.id in ids]
     if not gone:
         return []
-    ids = {r.id for r in gone}
-    keep = [a for a in journal.applied if not (a["id"] in ids and a.get("package", target.package) == target.package)]
+    out = {r.id for r in gone}
+    keep = [a for a in journal.applied if not (a["id"] in out and a.get("package", target.package) == target.package)]
     needed = {rel for a in keep for rel in a.get("files") or []}
     journal.data["applied"] = keep
     for rel in [r for r in journal.data["files"] if r not in needed]:
