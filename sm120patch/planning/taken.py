@@ -78,9 +78,7 @@ def add_taken(ws: Workspace, recipe: Recipe, paths: Iterable[Path]) -> str:
             if out.module is None or out.notes:
                 continue
             code = ws.code(path, out.module)
-            try:
-                compile(code, str(path), "exec")
-            except SyntaxError:
+            if ws.compiles(path, code) is not None:
                 continue
             ws.set(path, code, out.module)
             wrapped.add(path)
@@ -93,9 +91,7 @@ def add_taken(ws: Workspace, recipe: Recipe, paths: Iterable[Path]) -> str:
             continue
         new = _with_helper(module)
         code = ws.code(path, new)
-        try:
-            compile(code, str(path), "exec")
-        except SyntaxError:
+        if ws.compiles(path, code) is not None:
             continue
         ws.set(path, code, new)
     if len(missing) < len(recipe.taken):  # one anchor found is a taken line (an optional part may lack its own)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.transforms.base import FileOutcome, Transform, need_str, unknown_keys
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -101,7 +102,7 @@ class AddCollectionItem(Transform):
         out: list[cst.List | cst.Tuple | cst.Set] = []
         anchors = self.anchors
 
-        class _V(cst.CSTVisitor):
+        class _V(Walker):
             def on_visit(self, node: cst.CSTNode) -> bool:
                 if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
                     values = [_value(e.value) for e in node.elements]
@@ -110,7 +111,7 @@ class AddCollectionItem(Transform):
                 return True
 
         for fn in self.functions_in(module):
-            fn.body.visit(_V())
+            _V().walk(fn.body)
         return out
 
 

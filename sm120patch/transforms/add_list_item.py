@@ -13,6 +13,7 @@ from sm120patch.transforms.base import (
     string_value,
     unknown_keys,
 )
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -142,9 +143,9 @@ def _append(lst: cst.List, item: str) -> cst.List:
 def _lists(fn: cst.FunctionDef) -> list[cst.List]:
     found: list[cst.List] = []
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def visit_List(self, node: cst.List) -> None:
             found.append(node)
 
-    fn.body.visit(_V())
+    _V().walk(fn.body)
     return found

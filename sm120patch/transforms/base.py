@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.arch import predicate_token
 from sm120patch.transforms.rewrite import find_functions, replace_nodes
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -228,7 +229,7 @@ def arch_predicates(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     """Arch predicates in a test: flags, zero-argument calls and platform attributes."""
     found: list[cst.BaseExpression] = []
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def on_visit(self, node: cst.CSTNode) -> bool:
             if isinstance(node, (cst.Call, cst.Name, cst.Attribute)) and predicate_token(
                 leaf_identifier(node) or ""  # type: ignore[arg-type]
@@ -239,5 +240,5 @@ def arch_predicates(test: cst.BaseExpression) -> list[cst.BaseExpression]:
                 return False
             return True
 
-    test.visit(_V())
+    _V().walk(test)
     return found

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from sm120patch.transforms.walk import Walker
+
 if TYPE_CHECKING:
     import libcst as cst
 else:  # loaded on first use: validating recipes needs no parser
@@ -106,15 +108,15 @@ def names_in(node: cst.CSTNode) -> set[str]:
     """Bare names referenced in an expression (not attribute tails)."""
     found: set[str] = set()
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
+            self.walk(node.value)
             return False
 
         def visit_Name(self, node: cst.Name) -> None:
             found.add(node.value)
 
-    node.visit(_V())
+    _V().walk(node)
     return found
 
 

@@ -16,6 +16,7 @@ from sm120patch.transforms.base import (
     unknown_keys,
 )
 from sm120patch.transforms.bindings import ensure_bound, is_docstring
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -107,12 +108,12 @@ class InsertRule(Transform):
         majors, assigns, value = self.majors, self.assigns, self.value
         found = False
 
-        class _V(cst.CSTVisitor):
+        class _V(Walker):
             def visit_If(self, node: cst.If) -> None:
                 nonlocal found
                 admits = False
 
-                class _T(cst.CSTVisitor):
+                class _T(Walker):
                     def on_visit(self, n: cst.CSTNode) -> bool:
                         nonlocal admits
                         if isinstance(n, (cst.Name, cst.Attribute, cst.Call)):
@@ -121,11 +122,11 @@ class InsertRule(Transform):
                                 admits = True
                         return True
 
-                node.test.visit(_T())
+                _T().walk(node.test)
                 if admits and _assigns(node.body, assigns, value):
                     found = True
 
-        fn.body.visit(_V())
+        _V().walk(fn.body)
         return found
 
 
@@ -148,7 +149,7 @@ def _plainly_one_if(code: str) -> bool:
 def _assigns(block: cst.CSTNode, attr: str, value: str) -> bool:
     hit = False
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def visit_Assign(self, node: cst.Assign) -> None:
             nonlocal hit
             for t in node.targets:
@@ -157,5 +158,5 @@ def _assigns(block: cst.CSTNode, attr: str, value: str) -> bool:
                 if name == attr and string_value(node.value) == value:
                     hit = True
 
-    block.visit(_V())
+    _V().walk(block)
     return hit

@@ -16,6 +16,7 @@ from sm120patch.transforms.base import (
     unknown_keys,
 )
 from sm120patch.transforms.bindings import ensure_bound, rename_token
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -135,7 +136,7 @@ def _or_chains(fn: cst.FunctionDef) -> list[tuple[cst.BooleanOperation, cst.CSTN
     """Outermost `or` chains in a function, each with its enclosing statement."""
     found: list[tuple[cst.BooleanOperation, cst.CSTNode]] = []
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def __init__(self) -> None:
             self.stmt: list[cst.CSTNode] = []
 
@@ -146,7 +147,7 @@ def _or_chains(fn: cst.FunctionDef) -> list[tuple[cst.BooleanOperation, cst.CSTN
                 found.append((node, self.stmt[-1] if self.stmt else fn))
                 # operands may hold nested parenthesised chains of their own
                 for part in flatten_or(node):
-                    part.visit(self)
+                    self.walk(part)
                 return False
             return True
 
@@ -154,5 +155,5 @@ def _or_chains(fn: cst.FunctionDef) -> list[tuple[cst.BooleanOperation, cst.CSTN
             if self.stmt and self.stmt[-1] is node:
                 self.stmt.pop()
 
-    fn.body.visit(_V())
+    _V().walk(fn.body)
     return found

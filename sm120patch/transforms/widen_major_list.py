@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sm120patch.transforms.base import FileOutcome, Transform, need_str, unknown_keys
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -78,12 +79,12 @@ def _keyword_lists(fn: cst.FunctionDef, keyword: str) -> list[cst.List]:
     """List literals passed as `keyword=[...]` in any call inside `fn`."""
     found: list[cst.List] = []
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def visit_Arg(self, node: cst.Arg) -> None:
             if node.keyword is not None and node.keyword.value == keyword and isinstance(node.value, cst.List):
                 found.append(node.value)
 
-    fn.body.visit(_V())
+    _V().walk(fn.body)
     return found
 
 

@@ -30,6 +30,7 @@ from sm120patch.transforms.base import (
     unknown_keys,
 )
 from sm120patch.transforms.bindings import ensure_bound
+from sm120patch.transforms.walk import Walker
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -149,15 +150,21 @@ def _occurrences(
     """(anchor node, its innermost statement, already wrapped?, stands alone?) for every
     occurrence in an expression position of `fn`."""
     found: list[tuple[cst.BaseExpression, cst.CSTNode, bool, bool]] = []
-    anchor_type = type(cst.parse_expression(t.anchor).with_changes(lpar=[], rpar=[]))
-    wrapped_type = type(_parse_template(t.template).with_changes(lpar=[], rpar=[]))
+    anchor = cst.parse_expression(t.anchor)
+    wrapped = _parse_template(t.template)
+    anchor_type, wrapped_type = type(anchor), type(wrapped)
+    heads = {True: _head(wrapped), False: _head(anchor)}
     key = t._key
 
-    def same(node: cst.CSTNode, norm: str | None) -> bool:
+    def same(node: cst.CSTNode, norm: str | None, is_wrapped: bool) -> bool:
+        # equal syntax trees have equal heads: most candidates are told apart without codegen
+        head = heads[is_wrapped]
+        if head is not None and _head(node) != head:  # type: ignore[arg-type]
+            return False
         code = module.code_for_node(node)
         return key in code and norm_expr(code) == norm
 
-    class _V(cst.CSTVisitor):
+    class _V(Walker):
         def __init__(self) -> None:
             self.stmt: list[cst.CSTNode] = []
             self.calls = 0  # depth inside the arguments of an `in_call` call
@@ -172,31 +179,31 @@ def _occurrences(
                 self.alone.add(id(node.value))
             stmt = self.stmt[-1] if self.stmt else fn
             for norm, typ, wrapped in ((t._wrapped_norm, wrapped_type, True), (t._anchor_norm, anchor_type, False)):
-                if isinstance(node, typ) and same(node, norm):
+                if isinstance(node, typ) and same(node, norm, wrapped):
                     if not t.in_call or self.calls:
                         found.append((node, stmt, wrapped, id(node) in self.alone))  # type: ignore[arg-type]
                     return False
             if isinstance(node, cst.Call) and t.in_call and _callee(node) == t.in_call:
-                node.func.visit(self)
+                self.walk(node.func)
                 self.calls += 1
                 for arg in node.args:
                     self.alone.add(id(arg.value))
-                    arg.value.visit(self)  # the value only: a keyword name is not an expression
+                    self.walk(arg.value)  # the value only: a keyword name is not an expression
                 self.calls -= 1
                 return False
             if isinstance(node, cst.Arg):
                 self.alone.add(id(node.value))
-                node.value.visit(self)
+                self.walk(node.value)
                 return False
             if isinstance(node, cst.Attribute):
-                node.value.visit(self)  # `.attr` is a name, not an expression
+                self.walk(node.value)  # `.attr` is a name, not an expression
                 return False
             if isinstance(node, (cst.AssignTarget, cst.Param)):
                 return False
             if isinstance(node, (cst.AugAssign, cst.AnnAssign)):
                 for part in (getattr(node, "annotation", None), node.value):
                     if part is not None:
-                        part.visit(self)
+                        self.walk(part)
                 return False
             return True
 
@@ -204,7 +211,7 @@ def _occurrences(
             if self.stmt and self.stmt[-1] is original:
                 self.stmt.pop()
 
-    fn.body.visit(_V())
+    _V().walk(fn.body)
     return found
 
 
@@ -227,6 +234,18 @@ def _parse_template(template: str) -> cst.BaseExpression:
         return cst.parse_expression(template)
     except cst.ParserSyntaxError:
         return cst.parse_expression("(" + template + ")")
+
+
+def _head(node: cst.BaseExpression) -> str | None:
+    """The name an expression leads with where its kind has one: a name's own, an attribute's
+    tail, a call's callee (None for other kinds)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Call):
+        return _callee(node) or ""
+    return None
 
 
 def _callee(call: cst.Call) -> str | None:
