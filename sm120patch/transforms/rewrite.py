@@ -168,11 +168,11 @@ def replace_nodes(
     """`module` with each key of `mapping` swapped for its value (by identity), as one
     transformer over the whole module would do it (an outer swap wins over an inner one).
 
-    With `located` (functions found in this very module and their paths, from
-    `find_functions`), only the nodes on the way down to the keys are rebuilt; every
-    other subtree is shared with `module`. Keys must then be those functions or lie
-    inside them; if one is not reached, the whole module is walked instead, so the
-    result never depends on the shortcut.
+    Only the nodes on the way down to the keys are rebuilt; every other subtree is shared
+    with `module`. The way is read off the functions in `located` (found in this very module
+    with their paths, by `find_functions`; keys must then be those functions or lie inside
+    them), else off the module's fields. If a key is not reached, the whole module is
+    walked instead, so the result never depends on the shortcut.
     """
     if not mapping:
         return module
@@ -183,6 +183,9 @@ def replace_nodes(
         for fn, chain in located:
             if fn in mapping or id(fn) in path:
                 path.update(map(id, chain))
+    else:  # the way down from the module, found by reading fields (no rebuild) and stopping at the last key
+        path = _paths_to([module], {id(k) for k in mapping})
+    if path:
         splice = _splice_class()(mapping, path)
         new = module.visit(splice)
         if splice.hits == len(mapping) and isinstance(new, cst.Module):

@@ -234,6 +234,12 @@ def test_replace_nodes_equals_a_full_transformer() -> None:
     imp = _nodes(module, cst.Import)[0]
     new_imp = cst.parse_statement("import os\n").body[0]
     assert replace_nodes(module, {imp: new_imp}, located).code.startswith("import os\n")
+    # without `located` (module-level swaps): the way down is read off the fields, the rest is shared
+    for mapping in [*cases, {imp: new_imp}]:
+        fast = replace_nodes(module, dict(mapping), None)
+        assert fast.code == _full_swap(module, dict(mapping)).code != module.code
+    fast = replace_nodes(module, {imp: new_imp}, None)
+    assert fast.body[-1] is module.body[-1]  # a statement off the way down is the very same node
 
 
 def test_one_scan_answers_every_needle(tmp_path: Path) -> None:
