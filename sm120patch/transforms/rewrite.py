@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from sm120patch.transforms.walk import children
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -39,9 +41,15 @@ def _clauses() -> tuple[type, ...]:
     ) + tuple(t for t in (getattr(cst, "ExceptStarHandler", None),) if t is not None)
 
 
+@functools.cache
+def _is_clause(kind: type) -> bool:
+    """`isinstance(node, _clauses())` by the node's type, once per type (ABC checks are slow)."""
+    return issubclass(kind, _clauses())
+
+
 def _blocks(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The statement-holding children of a compound statement or clause, in source order."""
-    if isinstance(node, cst.IndentedBlock):
+    if type(node) is cst.IndentedBlock:
         yield from node.body
         return
     body = getattr(node, "body", None)
@@ -60,18 +68,18 @@ def find_functions(module: cst.Module, names: Sequence[str]) -> Located:
     from the module down to it (the module first, the def itself not included)."""
     wanted = set(names)
     found: Located = []
-    clauses = _clauses()
+    function = cst.FunctionDef
 
     def walk(node: cst.CSTNode, path: tuple[cst.CSTNode, ...]) -> None:
-        if isinstance(node, cst.FunctionDef) and node.name.value in wanted:
-            found.append((node, path))
+        if type(node) is function and node.name.value in wanted:  # type: ignore[attr-defined]
+            found.append((node, path))  # type: ignore[arg-type]
         inner = (*path, node)
         for child in _blocks(node):
-            if isinstance(child, clauses):
+            if _is_clause(type(child)):
                 walk(child, inner)
 
     for stmt in module.body:
-        if isinstance(stmt, clauses):
+        if _is_clause(type(stmt)):
             walk(stmt, (module,))
     return found
 
@@ -81,13 +89,13 @@ def find_ifs(fn: cst.FunctionDef) -> list[cst.If]:
     visitor's `visit_If` sees, found like `find_functions` by walking statements only (an `if`
     is always a statement), so no expression node is visited or rebuilt."""
     found: list[cst.If] = []
-    clauses = _clauses()
+    if_ = cst.If
 
     def walk(node: cst.CSTNode) -> None:
-        if isinstance(node, cst.If):
-            found.append(node)
+        if type(node) is if_:
+            found.append(node)  # type: ignore[arg-type]
         for child in _blocks(node):
-            if isinstance(child, clauses):
+            if _is_clause(type(child)):
                 walk(child)
 
     if isinstance(fn.body, cst.IndentedBlock):
@@ -120,24 +128,6 @@ def _splice_class() -> type:
     return _Splice
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """A node's children, read off its dataclass fields: no copy, unlike libcst's own walks."""
-    names = _FIELDS.get(type(node))
-    if names is None:
-        names = _FIELDS[type(node)] = tuple(f.name for f in fields(node))
-    for name in names:
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
-
-
 def _paths_to(roots: Sequence[cst.CSTNode], targets: set[int]) -> set[int]:
     """Ids of the nodes strictly between a root (included) and each target inside it."""
     path: set[int] = set()
@@ -149,7 +139,7 @@ def _paths_to(roots: Sequence[cst.CSTNode], targets: set[int]) -> set[int]:
             left.discard(id(node))
             path.update(map(id, chain))
         chain.append(node)  # a target may hold another: keep walking inside it
-        for child in _child_nodes(node):
+        for child in children(node):  # no key is layout or a token; if one were, replace_nodes walks it all
             if not left:
                 break
             walk(child)

@@ -83,18 +83,26 @@ def _order(kind: type) -> tuple[str, ...]:
     return names
 
 
+_ENTER: dict[type, bool] = {}  # a value's type -> is it a node the walker enters (ABC checks are slow)
+
+
+def _enters(kind: type) -> bool:
+    enter = _ENTER.get(kind)
+    if enter is None:
+        enter = _ENTER[kind] = issubclass(kind, cst.CSTNode) and not issubclass(kind, _skipped())
+    return enter
+
+
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """A node's children in libcst's visit order, layout and tokens left out; no copy."""
-    skip = _skipped()
-    for name in _order(type(node)):
+    for name in _ORDER.get(type(node)) or _order(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, skip):
-                yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode) and not isinstance(item, skip):
-                    yield item
+        for item in value if type(value) is list or type(value) is tuple else (value,):
+            enter = _ENTER.get(type(item))
+            if enter is None:
+                enter = _enters(type(item))
+            if enter:
+                yield item
 
 
 class Walker:
