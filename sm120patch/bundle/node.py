@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,31 @@ if TYPE_CHECKING:
     from sm120patch.catalogue.recipes import Recipe
     from sm120patch.planning.targets import Target
 
-OK = "ok"
-MISMATCH = "mismatch"
-NOT_EXPORTED = "not-exported"
+
+class FileState(str, Enum):
+    """What a file the bundle changes holds on this node (closed, like `Status`)."""
+
+    PATCHED = "patched"  # the bundle's final bytes
+    UNPATCHED = "unpatched"  # the bytes the bundle was made from
+    CHANGED = "changed"  # neither: another build, or edited
+    MISSING = "missing"
+
+    __str__ = str.__str__  # the word, on every Python (as Status)
+    __format__ = str.__format__
+
+
+class CheckState(str, Enum):
+    """A recipe's verdict in `preflight --bundle` (closed, like `Status`)."""
+
+    OK = "ok"  # the node holds its bytes, covers its arch and has its kernels
+    MISMATCH = "mismatch"  # one of those does not hold: `problems` says which, `rollback` how back
+    NOT_EXPORTED = "not-exported"  # the bundle carries no patch for it (blocked or not applicable at export)
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+OK, MISMATCH, NOT_EXPORTED = CheckState.OK, CheckState.MISMATCH, CheckState.NOT_EXPORTED
 
 
 def same_version(a: str | None, b: str) -> bool:
@@ -75,16 +98,16 @@ def _rel_to_parent(t: Target, path: str) -> Path:
     return t.package_dir.parent / path
 
 
-def file_states(bundle: Bundle, t: Target) -> dict[str, str]:
-    """Each file the bundle changes in `t`: patched | unpatched | changed | missing."""
+def file_states(bundle: Bundle, t: Target) -> dict[str, FileState]:
+    """Each file the bundle changes in `t`, and what it holds."""
     out = {}
     for path, (before, after) in bundle.net_files(t.package).items():
         p = _rel_to_parent(t, path)
         if not p.is_file():
-            out[path] = "missing"
+            out[path] = FileState.MISSING
             continue
         now = sha256(p.read_bytes())
-        out[path] = "patched" if now == after else "unpatched" if now == before else "changed"
+        out[path] = FileState.PATCHED if now == after else FileState.UNPATCHED if now == before else FileState.CHANGED
     return out
 
 
@@ -104,13 +127,13 @@ def check_for_apply(bundle: Bundle, targets: Sequence[Target]) -> None:
         if held:  # applied before (by this bundle or the same recipes): the engine says `applied`
             continue
         for path, state in file_states(bundle, t).items():
-            if state == "patched":
+            if state is FileState.PATCHED:
                 raise BundleError(
                     f"{_rel_to_parent(t, path)}: already holds the bundle's patched bytes, but no sm120patch journal "
                     f"records it (patched with git apply or patch?); apply --bundle starts from the release's own "
                     f"bytes: reinstall {t.package}=={t.version}, or check it with `sm120patch preflight --bundle`"
                 )
-            if state != "unpatched":
+            if state is not FileState.UNPATCHED:
                 raise BundleError(
                     f"{_rel_to_parent(t, path)}: {state}, not the bytes the bundle {bundle.dir} was made from "
                     f"(another build of {t.package} {t.version}, or edited); reinstall the release, or export a "
@@ -193,7 +216,7 @@ def bytes_match(bundle: Bundle, targets: Sequence[Target]) -> list[str]:
         f"{t.package_dir.parent / path}: {state}"
         for t in targets
         for path, state in file_states(bundle, t).items()
-        if state != "patched"
+        if state is not FileState.PATCHED
     ]
 
 
@@ -204,14 +227,17 @@ def bytes_match(bundle: Bundle, targets: Sequence[Target]) -> list[str]:
 class RecipeCheck:
     id: str
     package: str
-    state: str  # ok | mismatch | not-exported
+    state: CheckState
     reason: str
     problems: list[str] = field(default_factory=list)
     probe: list[dict[str, Any]] = field(default_factory=list)
     rollback: str | None = None
 
+    def __post_init__(self) -> None:
+        self.state = CheckState(self.state)  # a word outside the set is refused here
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "state": self.state.value}
 
 
 def rollback_command(bundle: Bundle, r: BundleRecipe, t: Target) -> str:
@@ -272,7 +298,7 @@ def check_node(
         if r.package in wrong_release:
             made = bundle.target(r.package)
             problems.append(f"{r.package} {t.version} here, the bundle was made for {made.version if made else '?'}")
-        bad = {f.path: states[r.package][f.path] for f in r.files if states[r.package][f.path] != "patched"}
+        bad = {f.path: states[r.package][f.path] for f in r.files if states[r.package][f.path] is not FileState.PATCHED}
         if bad:
             shown = ", ".join(f"{p} {s}" for p, s in sorted(bad.items()))
             problems.append(f"not the bundle's bytes: {shown}")
