@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # verdicts for SM12x, in the order a maintainer reads them (candidates first)
@@ -82,4 +82,4 @@ class Predicate:
     scope: str  # "release" (utils, platform) or "module" (a flag of one file)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "file": self.file, "line": self.line, "admits": self.admits, "scope": self.scope}
+        return asdict(self)

@@ -23,7 +23,7 @@ candidate is in one arm ("all"), as before.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Arms:
     why: dict[str, str] = field(default_factory=dict)  # arm or recipe -> why it is judged as it is
 
     def to_dict(self) -> dict[str, object]:
-        return {"arms": self.arms, "candidates": self.candidates, "why": self.why}
+        return asdict(self)
 
 
 def build(
