@@ -269,6 +269,7 @@ class TargetWork:
     proofs: dict[str, Any] = field(default_factory=dict)
     renew: dict[str, Recheck] = field(default_factory=dict)
     taken: dict[str, str] = field(default_factory=dict)
+    stands_on: dict[str, list[str]] = field(default_factory=dict)  # SGLang id -> the FlashInfer recipes its proof read
 
 
 @dataclass
@@ -285,6 +286,15 @@ class Reconciliation:
     @property
     def actions(self) -> list[Action]:
         return [*self.prelude, *(a for w in self.work for a in w.actions)]
+
+    @property
+    def stands_on(self) -> dict[str, list[str]]:
+        """Each SGLang recipe this change writes -> the FlashInfer recipes (applied, or written by
+        it) its proof stands on: what preflight's advice names, what apply records as dependents."""
+        return {i: on for w in self.work for i, on in w.stands_on.items()}
+
+    def writes(self, package: str) -> set[str]:
+        return {a.recipe for a in self.actions if a.kind is ActionKind.WRITE and a.package == package}
 
     def of(self, tree: str, package: str) -> TargetWork:
         return next(w for w in self.work if str(w.target.root) == tree and w.target.package == package)
@@ -377,7 +387,13 @@ def reconcile(
             _note_obsolete(journal, t, w.plans)
         w.write = [p for p in w.plans if p.status == APPLICABLE and choice.wants(p.recipe.id)]
         w.proofs = proofs
-        w.actions += _write_actions(t, w.write, proofs, run, commit, fi_applied, fi)
+        if t.package == "sglang":
+            w.stands_on = {
+                p.recipe.id: on
+                for p in w.write
+                if p.recipe.id in proofs and (on := _stands_on_of(p.probe, fi_applied, fi.identity if fi else None))
+            }
+        w.actions += _write_actions(t, w.write, proofs, run, commit, w.stands_on)
         if t.package == "flashinfer":
             fi = after
             if fi is not None and not run.fixed:  # what the SGLang proofs stand on
@@ -404,15 +420,14 @@ def _write_actions(
     proofs: dict[str, Any],
     run: RunSettings,
     commit: bool,
-    fi_applied: dict[str, dict[str, set[str]]],
-    fi: FlashInferEnv | None,
+    stands_on: dict[str, list[str]],
 ) -> list[Action]:
     """One target's writes, the proofs kept with them (an SGLang proof names the FlashInfer recipes
     it stands on: `_record_dependents` records them), and with --commit on git, its commits."""
     out = [Action(ActionKind.WRITE, str(t.root), t.package, p.recipe.id, p.reason, tuple(p.files)) for p in todo]
     for p in todo:
         if p.recipe.id in proofs:
-            on = _stands_on_of(p.probe, fi_applied, fi.identity if fi else None) if t.package == "sglang" else []
+            on = stands_on.get(p.recipe.id, [])
             why = proofs[p.recipe.id].reason + (f"; stands on {', '.join(on)}" if on else "")
             out.append(Action(ActionKind.RECORD_PROOF, str(t.root), t.package, p.recipe.id, why))
     if commit and t.is_git:

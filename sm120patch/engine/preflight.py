@@ -19,7 +19,6 @@ from sm120patch.engine.steps import Probe, applied_reasons, block_failing, mark_
 from sm120patch.planning.plan import APPLICABLE, BLOCKED, RecipePlan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import Target
-from sm120patch.probes.evidence import stands_on
 from sm120patch.probes.recipe_probe import make_probe
 from sm120patch.probes.rungs import rung_index
 from sm120patch.status import advice
@@ -48,15 +47,18 @@ def preflight(
         prefetch_spec([n for r in recipes for n in r.needs], archs, fi, level, ProbeCache())
     if any(t.package == "flashinfer" for t in targets):
         # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
-        from sm120patch.engine.pipeline import RunSettings, plan_many
+        from sm120patch.engine.pipeline import RunSettings, reconcile
 
         by_pkg = {t.package: t for t in targets}
-        planned = plan_many(targets, recipes, RunSettings(list(archs), fi, level, make_probe))
-        pairs = [(by_pkg[p.recipe.package], p) for p in planned]
-    else:
+        decided = reconcile(targets, recipes, RunSettings(list(archs), fi, level, make_probe))
+        pairs = [(by_pkg[p.recipe.package], p) for p in decided.plans]
+        # the advice names the backports this apply writes first, as apply decides them
+        written = decided.writes("flashinfer")
+        stands_on = {i: hits for i, on in decided.stands_on.items() if (hits := [x for x in on if x in written])}
+    else:  # no FlashInfer recipe in this change: nothing for an SGLang recipe to stand on
         pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
+        stands_on = {}
     rows = []
-    stands_on = _stands_on(pairs)
     for t, p in pairs:
         verdicts = p.probe
         rows.append(
@@ -193,23 +195,6 @@ def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict
         for r in rows:
             if r["id"] == rid:
                 r["census"] = lines
-
-
-def _stands_on(pairs: Sequence[tuple[Target, RecipePlan]]) -> dict[str, list[str]]:
-    """SGLang recipes whose probe read files a planned FlashInfer recipe changes: {id: those recipes}.
-    The advice names them: `apply` opens the SGLang gate only together with that backport."""
-    fi_changes: dict[str, set[str]] = {}
-    for t, p in pairs:
-        if p.recipe.package == "flashinfer" and p.status == APPLICABLE:
-            fi_changes[p.recipe.id] = {(t.root / rel).relative_to(t.package_dir).as_posix() for rel in p.files}
-    out: dict[str, list[str]] = {}
-    for _, p in pairs:
-        if p.recipe.package != "sglang":
-            continue
-        hits = [i for i, changed in fi_changes.items() if stands_on(p.probe, changed)]
-        if hits:
-            out[p.recipe.id] = hits
-    return out
 
 
 def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
