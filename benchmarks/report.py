@@ -253,7 +253,26 @@ def analysis_text(res: dict[str, Any], base: dict[str, Any] | None) -> str:
         "by walking statements (`find_ifs`, pinned to a visitor's nodes and order by a test), not with a "
         "visitor that rebuilt every node of the function; (i) `sm120patch.probes` imports its rungs "
         "(artifact, build, evidence, run, spec, static) where a probe climbs, so `plan --probe none` no "
-        "longer loads them.",
+        "longer loads them; (j) the transforms' searches inside a function (the taken line's anchors, `or` "
+        "chains, lists, rules) walk with `transforms.walk.Walker`, a visitor that reads children off the "
+        "dataclass fields in libcst's own visit order (tests hold it against libcst's visitor and against "
+        "libcst's `_visit_and_replace_children` for every node kind) and skips layout and tokens, instead "
+        "of a libcst visitor that rebuilt every node it passed; wrap-expression tells candidates apart by "
+        "their head name before generating their code; libcst's ABC `isinstance` checks are answered once "
+        "per node type; (k) a recipe's rewritten files are compiled once per file at the recipe's end (a "
+        "failure replays the recipe checking after every edit, so the edit is still named), not after "
+        "every edit and every taken-line step (16 `compile()` calls of up to 250 KB on 0.5.9, now 6); (l) "
+        "`replace_nodes` without located functions (add-collection-item's module-level swaps, 0.5.23) "
+        "rebuilds only the way down to the keys.",
+        "",
+        "**What the benchmark measured until 2026-12-03.** `benchmarks/probe_costs.py` imports a test helper, "
+        "and importing `tests/conftest.py` set `SM120PATCH_CHECK_SPLICE=1` (the test suite's check that each "
+        "splice equals a full regeneration) for the whole `make bench`, so every timed `plan` and `apply` "
+        "also regenerated each spliced module in full: 2.3-2.5x floor A on 0.5.9 where the same command a "
+        "user runs measured 1.4-1.7x. The check is now set by pytest itself (`pytest_configure`), and "
+        "`measure.env_with` drops every self-check switch from the timed processes "
+        "(tests/unit/test_bench_env.py). Runs made before that date, the 'before' columns possibly among them, "
+        "include the check.",
         "",
         f"**Size.** {big} has {t[big]['py_files']:,} .py files ({t[big]['py_bytes']:,} bytes) against "
         f"{t[small]['py_files']:,} ({t[small]['py_bytes']:,} bytes) in {small}, but its recipes touch "
@@ -318,7 +337,7 @@ MISSED_WHY = {
     "plan": (
         "What is left above the floor is `compile()` of each rewritten file (server_args.py once per recipe "
         "that changes it), the transforms' walks inside the functions they edit (11 recipes now, 4 when the "
-        "targets were set; `widen_arch_test`'s `_or_chains` is still a visitor), the package scan when a "
+        "targets were set), the taken line's own rewrite and splice, the package scan when a "
         "required edit is not in its hinted files, the diff and the CLI start; see 'Left to do'. On this shared "
         "machine "
         "single rounds spread widely, so the median is the number to read."
@@ -336,14 +355,8 @@ MISSED_WHY = {
 }
 
 FOLLOW_UPS = [
-    "- Some transforms still look inside the functions they edit with libcst visitors (`_or_chains`, "
-    "`_lists`), which rebuild every node they pass; in the 300-line "
-    "`_handle_model_specific_adjustments` of 0.5.9 that is ~0.03 s per transform. `if` statements are "
-    "found by a statement walk now (`find_ifs`); expressions need a field-reading walk that keeps libcst's "
-    "source order of children (a few node types, such as `IfExp` and decorated defs, list their fields "
-    "in another order), so those were left as they are.",
     "- `compile()` of every rewritten file is the largest cost left above floor A (server_args.py is "
-    "compiled once per recipe that changes it, ~0.09 s each unloaded). A parse plus `symtable` is about "
+    "compiled once per recipe that changes it, ~0.025-0.09 s each). A parse plus `symtable` is about "
     "half as dear but misses the compiler's own errors (`return` outside a function), so it was left.",
     "- diffs.unified: difflib on the whole 5,000-line file for a 10-line change; trimming the common head "
     "and tail (and offsetting the hunk numbers) would make the diff ~free.",
