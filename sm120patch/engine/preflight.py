@@ -14,8 +14,6 @@ from typing import Any
 
 from sm120patch.arch import Arch
 from sm120patch.catalogue.recipes import Recipe
-from sm120patch.engine.journal import Journal
-from sm120patch.engine.steps import Probe, applied_reasons, block_failing, mark_stale
 from sm120patch.planning.plan import APPLICABLE, BLOCKED, RecipePlan
 from sm120patch.planning.plan_cache import plan_statuses
 from sm120patch.planning.targets import Target
@@ -45,19 +43,18 @@ def preflight(
 
         # every recipe's spec questions in one FlashInfer import per arch, not one per check
         prefetch_spec([n for r in recipes for n in r.needs], archs, fi, level, ProbeCache())
-    if any(t.package == "flashinfer" for t in targets):
-        # FlashInfer recipes change what SGLang's probes see: plan the targets as one run would
-        from sm120patch.engine.pipeline import RunSettings, reconcile
+    # the one reconciler decides, as for plan and apply: FlashInfer targets first (their recipes change
+    # what SGLang's probes see); without a FlashInfer target, statuses from the plan-result cache
+    # (`_cached_plan`), so a warm pre-flight parses nothing
+    from sm120patch.engine.pipeline import RunSettings, reconcile
 
-        by_pkg = {t.package: t for t in targets}
-        decided = reconcile(targets, recipes, RunSettings(list(archs), fi, level, make_probe))
-        pairs = [(by_pkg[p.recipe.package], p) for p in decided.plans]
-        # the advice names the backports this apply writes first, as apply decides them
-        written = decided.writes("flashinfer")
-        stands_on = {i: hits for i, on in decided.stands_on.items() if (hits := [x for x in on if x in written])}
-    else:  # no FlashInfer recipe in this change: nothing for an SGLang recipe to stand on
-        pairs = [(t, p) for t in targets for p in _plans(t, recipes, archs, probe)]
-        stands_on = {}
+    by_pkg = {t.package: t for t in targets}
+    cached = {} if "flashinfer" in by_pkg else {"planner": _cached_plan}
+    decided = reconcile(targets, recipes, RunSettings(list(archs), fi, level, make_probe), **cached)
+    pairs = [(by_pkg[p.recipe.package], p) for p in decided.plans]
+    # the advice names the backports this apply writes first, as apply decides them
+    written = decided.writes("flashinfer")
+    stands_on = {i: hits for i, on in decided.stands_on.items() if (hits := [x for x in on if x in written])}
     rows = []
     for t, p in pairs:
         verdicts = p.probe
@@ -195,16 +192,6 @@ def _note_census(rows: list[dict[str, Any]], census: dict[str, Any], needs: dict
         for r in rows:
             if r["id"] == rid:
                 r["census"] = lines
-
-
-def _plans(t: Target, recipes: Sequence[Recipe], archs: Sequence[Arch], probe: Probe | None) -> list[RecipePlan]:
-    """`engine.make_plan`, with the statuses from the plan-result cache (`plan_statuses`)
-    when the tree, the recipes and this tool are as they were: a warm pre-flight parses nothing."""
-    journal = Journal.open(t.root)
-    plans = plan_statuses(t, recipes, archs, applied=applied_reasons(journal, t))
-    block_failing(plans, probe)
-    mark_stale(plans, journal, t, probe)
-    return plans
 
 
 def _rung(verdicts: Sequence[dict[str, Any]]) -> str:
