@@ -75,12 +75,13 @@ docs: venv
 	$(PY) tools/matrix.py > docs/compatibility.md
 
 ## bench: measure plan/apply/rollback/preflight against their floors (see docs/performance.md), and verify's client
-## against a bare httpx loop (benchmarks/verify_overhead.py)
+## against a bare httpx loop (benchmarks/verify_overhead.py) and its server launches counted on the test server (benchmarks/verify_launches.py)
 bench: venv
 	$(PY) benchmarks/bench.py --write-doc
 	$(PY) benchmarks/census_bench.py
 	$(PY) benchmarks/triage_bench.py
 	$(PY) benchmarks/verify_overhead.py
+	$(PY) benchmarks/verify_launches.py
 	$(PY) benchmarks/gates_bench.py
 
 ## bench-census: warm census of the cached environments (target: under 100 ms for an image's worth of files, issue 30's 844), against a stat-every-file floor

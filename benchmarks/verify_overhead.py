@@ -15,9 +15,9 @@ wall time and in this process's CPU time (the client's own work: the server is a
 It also prints what a verify costs in server launches (issue 31.2): judged together first, the
 culprits by halving the set when that fails, the kept set confirmed (verify/groups.py, the code
 verify runs), for 0, 1 and 2 arms that break the rule among N, against one at a time
-(1 + 2*N*R). Counts, not times: every placement of the bad arms is tried (mean and worst). The
-fake-server test `test_together_first_then_the_culprit_by_splitting` checks one count on a real
-run (7 launches for 1 bad of 3).
+(1 + 2*N*R). Counts, not times: every placement of the bad arms is tried (mean and worst).
+benchmarks/verify_launches.py counts the launches of real verify runs on the test server against
+this model.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ interaction would show. The functions here are pure: `test(arms)` is whatever me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 
@@ -53,22 +53,25 @@ def search(arms: Sequence[str], test: Callable[[list[str]], bool]) -> Search:
     return out
 
 
-def launches(n_arms: int, bad: set[int], repeats: int = 1) -> int:
+def launches(n_arms: int, bad: set[int], repeats: int = 1, crashing: Collection[int] = ()) -> int:
     """Launches verify makes for `n_arms` arms of which those in `bad` break the rule: the first
     baseline, then for every measurement `repeats` x (arms, baseline); together first, the search
     when it fails, and the confirmation of the kept set when some are left and the search did not
-    measure exactly that set already (what runner.Runner._together_then_split does)."""
+    measure exactly that set already (what runner.Runner._together_then_split does). A set that
+    holds an arm in `crashing` (a subset of `bad`: its server dies at start) costs one launch: no
+    baseline brackets a server that never served, and its repeats are not run."""
     arms = [str(i) for i in range(n_arms)]
     culprits = {str(i) for i in bad}
-    measurements = 1  # together
+    crash = {str(i) for i in crashing}
+    sets = [arms]  # together
     if culprits:
         found = search(arms, lambda s: bool(culprits & set(s)))
-        measurements += len(found.tests)
+        sets += found.tests
         rest = [a for a in arms if a not in found.culprits]
         cleared = [t for t in found.tests if not culprits & set(t)]
         if rest and rest not in cleared:
-            measurements += 1  # the confirmation (a kept set measured as it is already is its own)
-    return 1 + 2 * repeats * measurements
+            sets.append(rest)  # the confirmation (a kept set measured as it is already is its own)
+    return 1 + sum(1 if crash & set(s) else 2 * repeats for s in sets)
 
 
 def one_at_a_time_launches(n_arms: int, repeats: int = 1) -> int:

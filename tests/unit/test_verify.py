@@ -482,6 +482,21 @@ def test_together_first_then_the_culprit_by_splitting(sm: Any, box: Box) -> None
     }
 
 
+def test_a_crashing_set_costs_one_launch_as_the_launch_model_says(sm: Any, box: Box) -> None:
+    # the server's own launch log is the oracle: together crashes (1 launch, nothing to bracket),
+    # [fake-crash] crashes (1), [fake-fast, fake-noop] serves (2) and is the kept set already: 1 + 1 + 1 + 2
+    from sm120patch.verify import groups
+
+    extra = ("--noise-floor", "0.5", "--min-effect", "0.6")
+    code, data, err = verify(sm, box, "fake-crash", "fake-fast", "fake-noop", extra=extra)
+    assert code == 1, err
+    assert data["arms"]["all"] == ["fake-crash", "fake-fast", "fake-noop"]
+    assert len(box.launches()) == len(data["launches"]) == 5
+    assert groups.launches(3, {0}, crashing={0}) == 5 and groups.launches(3, {0}) == 7
+    assert groups.launches(3, {0}, repeats=2, crashing={0}) == 1 + 1 + 1 + 4
+    assert data["final"] == ["fake-fast", "fake-noop"]
+
+
 def test_together_and_fine_is_three_launches(sm: Any, box: Box) -> None:
     code, data, err = verify(sm, box, "fake-fast", "fake-noop", extra=("--noise-floor", "0.5", "--min-effect", "0.6"))
     assert code == 0, err
