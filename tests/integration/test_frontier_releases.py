@@ -280,7 +280,14 @@ def check_dsa(new: Path, old: Path) -> None:
         for arch in archs:
             for kv in ("fp8_e4m3", "bfloat16"):
                 values = {"model_arch": arch, "major": dev.major, "kv_cache_dtype": kv}
-                got = Scope(path, dev, values).eval(
+                logged: list[str] = []
+
+                def taken(rid: str, value: object, logs_if: bool | None = True) -> object:
+                    if logs_if is None or bool(value) == logs_if:  # the inserted helper's rule
+                        logged.append(rid)
+                    return value
+
+                got = Scope(path, dev, {**values, "_sm120patch_taken": taken}).eval(
                     _assigned(_fn(path, "_dsa_split_backend_resolution"), "is_glm_sm12_fp8")
                 )
                 was = Scope(pristine, dev, values).eval(
@@ -288,6 +295,9 @@ def check_dsa(new: Path, old: Path) -> None:
                 )
                 assert was == (arch == archs[0] and dev.major == 12 and kv == "fp8_e4m3")
                 assert got == (arch in archs[:2] and dev.major == 12 and kv == "fp8_e4m3"), (arch, dev, kv)
+                # the taken line marks exactly the cases where the recipe changed SGLang's own choice
+                # (a DeepSeek-V3.2 on an H200, or with a bf16 KV cache, says nothing)
+                assert logged == (["sglang-dsa-sparse-mla-sm120"] if got and not was else []), (arch, dev, kv, logged)
     # the runtime validator accepts the same models (the draft runs under its NextN name)
     path, pristine = both(new, old, "kernels/ops/attention/flash_mla_sm120.py")
     for arch in (*archs, "DeepseekV3ForCausalLMNextN", "GlmMoeDsaForCausalLMNextN"):
