@@ -8,9 +8,11 @@ not "true"), and the module gains, once, the helper `_sm120patch_taken(recipe_id
 the first time a process evaluates it for a recipe with the value that takes the gate (true; false
 for `logs_if = "false"`; any value for "reached"), so an H100 that evaluates the SM12x test and gets
 False says nothing, it logs `sm120patch: <recipe-id> taken` at INFO on the `sm120patch` logger and writes the same
-line to stderr (SGLang servers seldom configure that logger); it never raises and always
+line to stderr (the logger may have no handler); it never raises and always
 returns `value`, so the patched code means what it meant. verify, diagnose and guard read the
-line back (sm120patch/taken_line.py). An anchor a release does not have costs only the line:
+line back (sm120patch/taken_line.py). On a real SGLang 0.5.17 launch on an H200 the line came out
+twice, through SGLang's root handler with its timestamp and then bare on stderr; the reader counts
+it once (tests/data/real-launch/). An anchor a release does not have costs only the line:
 the recipe still applies, and where none of its anchors is found its reason says so.
 """
 

@@ -282,9 +282,9 @@ def check_dsa(new: Path, old: Path) -> None:
                 values = {"model_arch": arch, "major": dev.major, "kv_cache_dtype": kv}
                 logged: list[str] = []
 
-                def taken(rid: str, value: object, logs_if: bool | None = True) -> object:
+                def taken(rid: str, value: object, logs_if: bool | None = True, out: list[str] = logged) -> object:
                     if logs_if is None or bool(value) == logs_if:  # the inserted helper's rule
-                        logged.append(rid)
+                        out.append(rid)
                     return value
 
                 got = Scope(path, dev, {**values, "_sm120patch_taken": taken}).eval(
