@@ -125,6 +125,40 @@ TB = "Traceback (most recent call last):\n"
             id="row-b12x",
         ),
         pytest.param(
+            "ggml_cuda_compute_forward: FLASH_ATTN_EXT failed\n"
+            "CUDA error: an illegal memory access was encountered\n",
+            ["-fa off", "OLLAMA_FLASH_ATTENTION=0"],
+            ["GGML_CUDA_DISABLE_GRAPHS"],
+            id="row-llama-cpp-flash-attention-fault",
+        ),
+        pytest.param(
+            TB + '  File "/srv/venv/lib/python3.12/site-packages/deep_gemm/jit/compiler.py", line 88, in build\n'
+            "    raise RuntimeError(msg)\n"
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+            ["VLLM_USE_DEEP_GEMM=0", "SGLANG_ENABLE_JIT_DEEPGEMM=0"],
+            [],
+            id="row-deepgemm-off",
+        ),
+        pytest.param(
+            "out = torch._scaled_mm(x, w, scale_a=xs, scale_b=ws, out_dtype=torch.bfloat16)\n"
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul(...)\n",
+            ["per-tensor (tensorwise) scales"],
+            [],
+            id="row-scaled-mm-rowwise",
+        ),
+        pytest.param(
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul(...)\n",
+            [],
+            ["per-tensor (tensorwise) scales", "VLLM_USE_DEEP_GEMM"],
+            id="row-scaled-mm-needs-scaled-mm",
+        ),
+        pytest.param(
+            'AssertionError: FP8 is only supported on SM100 (compute capability 10.x) for FA4 (CuTe DSL) kernels\n',
+            ["--attention-backend flashinfer", "VLLM_ATTENTION_BACKEND=FLASHINFER"],
+            [],
+            id="row-fa4-fp8-sm100",
+        ),
+        pytest.param(
             "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 116992, "
             "Hardware limit: 101376\n",
             ["tile sizes", "TILE_SIZE"],
