@@ -200,6 +200,17 @@ def _load_edit(path: Path, i: int, raw: Any) -> Edit:
     return Edit(name, transform, diff_path, functions, files, raw.get("optional", False), params)
 
 
+def _one_expression(code: str) -> bool:
+    """True when `code` parses as an expression as it is written (a line break only inside brackets)."""
+    import ast
+
+    try:
+        ast.parse(code.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    return True
+
+
 def _load_taken(path: Path, i: int, raw: Any) -> Taken:
     from sm120patch.transforms.base import norm_expr
 
@@ -220,6 +231,8 @@ def _load_taken(path: Path, i: int, raw: Any) -> Taken:
         raise fail(
             path, f"{key}.anchor", f"{raw['anchor']!r} is not a Python expression", "write e.g. 'is_sm120_supported()'"
         )
+    if not _one_expression(raw["anchor"]):  # the patched code is searched with the anchor parsed as it is written
+        raise fail(path, f"{key}.anchor", "breaks its line outside brackets", "write it on one line")
     logs_if = raw.get("logs_if", "true")
     if logs_if not in LOGS_IF:
         raise fail(path, f"{key}.logs_if", repr(logs_if), f"use one of {', '.join(LOGS_IF)}")

@@ -17,6 +17,7 @@ import ast
 import hashlib
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -271,6 +272,19 @@ def both(new: Path, old: Path, rel: str) -> tuple[Path, Path]:
     return new / rel, old / rel
 
 
+def taken_recorder() -> tuple[Callable[..., object], list[str]]:
+    """A stand-in for the inserted `_sm120patch_taken` with its rule (log when the value takes the
+    gate: true, false for logs_if False, any for None), recording the ids it would log."""
+    logged: list[str] = []
+
+    def taken(rid: str, value: object, logs_if: bool | None = True) -> object:
+        if logs_if is None or bool(value) == logs_if:
+            logged.append(rid)
+        return value
+
+    return taken, logged
+
+
 def check_dsa(new: Path, old: Path) -> None:
     """DeepSeek-V3.2 (and its MTP draft) on major 12 with an FP8 KV cache take flashinfer_sparse_mla;
     GLM keeps it, other DSA models and other majors answer as before."""
@@ -280,13 +294,7 @@ def check_dsa(new: Path, old: Path) -> None:
         for arch in archs:
             for kv in ("fp8_e4m3", "bfloat16"):
                 values = {"model_arch": arch, "major": dev.major, "kv_cache_dtype": kv}
-                logged: list[str] = []
-
-                def taken(rid: str, value: object, logs_if: bool | None = True, out: list[str] = logged) -> object:
-                    if logs_if is None or bool(value) == logs_if:  # the inserted helper's rule
-                        out.append(rid)
-                    return value
-
+                taken, logged = taken_recorder()
                 got = Scope(path, dev, {**values, "_sm120patch_taken": taken}).eval(
                     _assigned(_fn(path, "_dsa_split_backend_resolution"), "is_glm_sm12_fp8")
                 )
@@ -342,10 +350,13 @@ def check_fp4(new: Path, old: Path) -> None:
 
     for dev in (*[Device(m) for m in MAJORS], *SM12X):
         for backend in ("cutlass", "cudnn", "trtllm", "cute-dsl", "b12x"):
-            got = Scope(path, dev, {"backend": backend}).eval(backend_arg(path))
+            taken, logged = taken_recorder()
+            got = Scope(path, dev, {"backend": backend, "_sm120patch_taken": taken}).eval(backend_arg(path))
             was = Scope(pristine, dev, {"backend": backend}).eval(backend_arg(pristine))
             assert was == backend
             assert got == ("auto" if backend == "cutlass" and dev.major == 12 else backend), (dev, backend)
+            # the taken line marks exactly the calls whose backend the recipe changed
+            assert logged == (["sglang-fp4-gemm-b12x-sm120"] if got != was else []), (dev, backend, logged)
 
 
 def check_guard(new: Path, old: Path) -> None:
@@ -357,11 +368,14 @@ def check_guard(new: Path, old: Path) -> None:
             kernel = SimpleNamespace(flashinfer_autotune_skip_ops=user)
             runner = SimpleNamespace(server_args=SimpleNamespace(flashinfer_autotune_skip_ops=user))
             imports = {"get_exec": lambda k=kernel: SimpleNamespace(kernel=k)}
-            got = Scope(path, dev, imports=imports).function("get_flashinfer_autotune_skip_ops")(runner)
+            taken, logged = taken_recorder()
+            scope = Scope(path, dev, {"_sm120patch_taken": taken}, imports=imports)
+            got = scope.function("get_flashinfer_autotune_skip_ops")(runner)
             was = Scope(pristine, dev, imports=imports).function("get_flashinfer_autotune_skip_ops")(runner)
             assert set(user or ()) <= was
             extra = {"trtllm::fused_moe::gemm1", "trtllm::fused_moe::gemm2"} if dev.major == 12 else set()
             assert set(got) == set(was) | extra, (dev, user)
+            assert logged == (["sglang-autotune-moe-guard-sm120"] if set(got) != set(was) else []), (dev, user)
 
 
 def check_gdn(new: Path, old: Path) -> None:
@@ -371,8 +385,18 @@ def check_gdn(new: Path, old: Path) -> None:
     for dev in (*[Device(m, cuda=c) for m in MAJORS for c in ("12.9", "13.0")], *SM12X):
         for chunk in (4096, 8192, 16384):
             for state in ("float32", "bfloat16"):
-                got = _gdn_default(path, dev, chunk, state)
+                taken, logged = taken_recorder()
+                got = _gdn_default(path, dev, chunk, state, taken)
                 was = _gdn_default(pristine, dev, chunk, state)
+                # the taken line is logged wherever the recipe changed the default, and only where its
+                # arm let the call through (SGLang's later checks, the state dtype, may still decline)
+                arm = dev.major == 12 and int(dev.cuda.split(".")[0]) >= 13 and chunk <= 8192
+                assert (got == was or logged == ["sglang-gdn-prefill-sm120"]) and (arm or not logged), (
+                    dev,
+                    chunk,
+                    state,
+                    logged,
+                )
                 cuda13 = int(dev.cuda.split(".")[0]) >= 13
                 if dev.major == 12:
                     assert was is None
@@ -388,7 +412,9 @@ def check_gdn(new: Path, old: Path) -> None:
     assert _gdn_default(pristine, Device(9), 16384, "float32") == "flashinfer"
 
 
-def _gdn_default(path: Path, dev: Device, chunk: int, state: str) -> str | None:
+def _gdn_default(
+    path: Path, dev: Device, chunk: int, state: str, taken: Callable[..., object] | None = None
+) -> str | None:
     torch = gates.fake_torch(dev)
     mamba = SimpleNamespace(linear_attn_prefill_backend=None, linear_attn_backend="triton")
     exec_ = SimpleNamespace(mamba=mamba, deterministic=SimpleNamespace(enable_deterministic_inference=False))
@@ -404,7 +430,8 @@ def _gdn_default(path: Path, dev: Device, chunk: int, state: str) -> str | None:
         "rank0_log": lambda *a, **k: None,
         "is_flashinfer_gdn_prefill_available": lambda: True,
     }
-    return Scope(path, dev, imports=imports).function("flashinfer_gdn_prefill_default")(runner)
+    values = {"_sm120patch_taken": taken} if taken else None
+    return Scope(path, dev, values, imports=imports).function("flashinfer_gdn_prefill_default")(runner)
 
 
 def check_gptoss(new: Path, old: Path) -> None:
@@ -424,11 +451,15 @@ def check_gptoss(new: Path, old: Path) -> None:
                 for cp in (1, 2):
                     cfg = SimpleNamespace(kv_cache_dtype=kv, attn_cp_size=cp)
                     imports = {"envs": gates.env_stub(SGLANG_SKIP_SOFTMAX_PREFILL_THRESHOLD_SCALE_FACTOR=skip)}
-                    got = Scope(path, dev, {"cfg": cfg}, imports).eval(trtllm_test(path))
+                    taken, logged = taken_recorder()
+                    got = Scope(path, dev, {"cfg": cfg, "_sm120patch_taken": taken}, imports).eval(trtllm_test(path))
                     was = Scope(pristine, dev, {"cfg": cfg}, imports).eval(trtllm_test(pristine))
                     assert bool(was) == (dev.major == 10)
                     sm12 = dev.major == 12 and kv != "fp8_e4m3" and not skip and cp == 1
                     assert bool(got) == (dev.major == 10 or sm12), (dev, kv, skip, cp)
+                    # the taken line marks exactly where the recipe changed the choice
+                    want = ["sglang-gptoss-trtllm-mha-sm120"] if bool(got) != bool(was) else []
+                    assert logged == want, (dev, kv, skip, cp, logged)
 
 
 def check_pcie(new: Path, old: Path) -> None:
@@ -449,8 +480,11 @@ def check_pcie(new: Path, old: Path) -> None:
                     "is_full_nvlink": lambda ids, n, d=dev: d.nvlink,
                 }
                 args = {"group_name": group, "world_size": world, "deterministic": False}
-                got = Scope(path, dev, imports=imports).function("eligible_group")(**args)
+                taken, logged = taken_recorder()
+                got = Scope(path, dev, {"_sm120patch_taken": taken}, imports=imports).function("eligible_group")(**args)
                 was = Scope(pristine, dev, imports=imports).function("eligible_group")(**args)
+                want = ["sglang-pcie-ipc-allreduce-sm120"] if got != was else []
+                assert logged == want, (dev, env, group, world, logged)
                 upstream = bool(env) and world > 1 and group == "tp"
                 assert was == upstream
                 if env is not None or dev.major != 12:

@@ -192,6 +192,19 @@ def test_logs_if_loads_and_a_bad_value_is_refused(tmp_path: Path) -> None:
     assert str(e.value).startswith(f"{path}: taken[0].logs_if") and "true, false, reached" in str(e.value)
 
 
+def test_an_anchor_that_breaks_its_line_outside_brackets_is_refused_not_silently_lost(tmp_path: Path) -> None:
+    # libcst parses the anchor as written: a multi-line anchor without parentheses was found nowhere
+    # and cost the taken line without a word (the GPT-OSS recipe's first try at a whole-arm anchor)
+    bad = TAKEN.replace('anchor = "_is_sm120_supported"', 'anchor = """_is_sm120_supported\n    and ok"""')
+    path = _write(tmp_path, GOOD + bad)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    assert str(e.value).startswith(f"{path}: taken[0].anchor") and "one line" in str(e.value)
+    inside = TAKEN.replace('anchor = "_is_sm120_supported"', 'anchor = """f(a,\n  b)"""')
+    (t,) = load_recipe(_write(tmp_path, GOOD + inside)).taken
+    assert t.anchor == "f(a,\n  b)"
+
+
 def test_the_helper_never_raises() -> None:
     ns: dict[str, object] = {}
     exec(compile(HELPER_CODE, "<helper>", "exec"), ns)
