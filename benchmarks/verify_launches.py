@@ -16,9 +16,9 @@ one launch, where an arm that serves costs two. Until this script counted them, 
 two for it as well; it now takes the crashing arms (`groups.launches(..., crashing=...)`), and the
 table shows the server's count beside the model's, so a difference between them shows.
 
-    python benchmarks/verify_launches.py [--arms 3 5] [--json F]
+    python benchmarks/verify_launches.py [--arms 3 5 8] [--json F]
 
-A script, not a test: it takes a minute or two (every launch starts a Python process).
+A script, not a test: it takes a few minutes (every launch starts a Python process).
 """
 
 from __future__ import annotations
@@ -38,11 +38,18 @@ if str(REPO) not in sys.path:
 
 from sm120patch.verify import groups  # noqa: E402
 from tests.unit.sglang_fakes import GIT_ENV  # noqa: E402
-from tests.unit.verify_fakes import free_port, knob_rel, make_recipes, make_tree, release_port, server_command  # noqa: E402
+from tests.unit.verify_fakes import (  # noqa: E402
+    free_port,
+    knob_rel,
+    make_recipes,
+    make_tree,
+    release_port,
+    server_command,
+    write_recipe,
+)
 
-# ids chosen so that verify's order puts the bad arms at different places: "a-..." sorts before
-# "fake-...", "z-..." after
-GOOD = [f"{'az'[i % 2]}-pad-{i}" for i in range(1, 17)]
+# recipes that change nothing; verify keeps the command line's order, so placements() puts the bad ones
+GOOD = [f"pad-{i}" for i in range(1, 17)]
 BAD = ["fake-corrupt", "fake-crash"]
 # verify's rule is what is being counted, not the box's noise: no-op arms keep, the bad ones break
 RULES = ("--noise-floor", "0.5", "--min-effect", "0.6")
@@ -52,11 +59,7 @@ def add_pad(recipes: Path, pkg: Path, rid: str) -> None:
     """A recipe that changes a knob file the fake server never reads (and the file, at its start)."""
     rel = knob_rel(rid.replace("-", "_"))
     (pkg / rel).write_text("VALUE = 0\n")
-    (recipes / "sglang" / f"{rid}.diff").write_text(f"--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-VALUE = 0\n+VALUE = 1\n")
-    (recipes / "sglang" / f"{rid}.toml").write_text(
-        f'id = "{rid}"\npackage = "sglang"\ntitle = "bench: a file nobody reads"\nwhy = "bench data"\n'
-        f'versions = ">=0"\narch = ["sm_120"]\n\n[[edit]]\nname = "pad"\ndiff = "{rid}.diff"\n'
-    )
+    write_recipe(recipes, rid, rel, "pad", '"bench: a file nobody reads"', "@@ -1 +1 @@\n-VALUE = 0\n+VALUE = 1\n")
 
 
 def placements(n: int, k: int) -> list[set[int]]:
@@ -111,7 +114,7 @@ def one(n: int, ids: list[str], bad: list[str], tmp: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", type=int, nargs="+", default=[3, 5])
+    ap.add_argument("--arms", type=int, nargs="+", default=[3, 5, 8])
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     rows = []

@@ -65,6 +65,18 @@ def make_tree(parent: Path) -> Path:
     return pkg
 
 
+def write_recipe(
+    root: Path, rid: str, rel: str, name: str, title: str, hunk: str, head: str = "", tail: str = ""
+) -> None:
+    """One diff recipe in `root`/sglang for the file `rel`: `hunk` the diff's body after its header,
+    `head`/`tail` TOML around [[edit]], `title` a TOML string as written."""
+    (root / "sglang" / f"{rid}.diff").write_text(f"--- a/{rel}\n+++ b/{rel}\n{hunk}")
+    (root / "sglang" / f"{rid}.toml").write_text(
+        f'id = "{rid}"\npackage = "sglang"\ntitle = {title}\nwhy = "test data"\n'
+        f'versions = ">=0"\narch = ["sm_120"]\n{head}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n{tail}'
+    )
+
+
 def make_recipes(root: Path) -> Path:
     """A recipe folder holding only the test recipes (and the shipped signature/kernel catalogues)."""
     from sm120patch.catalogue.recipes import default_recipe_dir
@@ -72,22 +84,14 @@ def make_recipes(root: Path) -> Path:
     (root / "sglang").mkdir(parents=True)
     for name in ("signatures.toml", "kernels.toml"):
         shutil.copy(default_recipe_dir() / name, root / name)
-    def write(rid: str, name: str, title: str, hunk: str, head: str = "", tail: str = "") -> None:
-        """One diff recipe: `hunk` the diff's body after its header, `head`/`tail` TOML around [[edit]]."""
-        rel = gate_rel(name) if rid in GATES else knob_rel(name)
-        (root / "sglang" / f"{rid}.diff").write_text(f"--- a/{rel}\n+++ b/{rel}\n{hunk}")
-        (root / "sglang" / f"{rid}.toml").write_text(
-            f'id = "{rid}"\npackage = "sglang"\ntitle = {title}\nwhy = "test data"\n'
-            f'versions = ">=0"\narch = ["sm_120"]\n{head}\n[[edit]]\nname = "{name}"\ndiff = "{rid}.diff"\n{tail}'
-        )
-
     for rid, (name, value, extra) in RECIPES.items():
         before = MISFIT_BEFORE.get(rid, KNOBS[name])
-        write(rid, name, f"'test: {name} = {value}'", f"@@ -1 +1 @@\n-VALUE = {before}\n+VALUE = {value}\n", extra)
+        hunk = f"@@ -1 +1 @@\n-VALUE = {before}\n+VALUE = {value}\n"
+        write_recipe(root, rid, knob_rel(name), name, f"'test: {name} = {value}'", hunk, extra)
     for rid, name in GATES.items():
         hunk = "@@ -1,2 +1,2 @@\n def gate():\n-    return False\n+    return True\n"
         taken = '\n[[taken]]\nfunctions = ["gate"]\nanchor = "True"\nwhen = "the fake server calls gate()"\n'
-        write(rid, name, f'"test: the {name} gate"', hunk, tail=taken)
+        write_recipe(root, rid, gate_rel(name), name, f'"test: the {name} gate"', hunk, tail=taken)
     return root
 
 
