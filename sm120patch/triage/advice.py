@@ -96,6 +96,8 @@ def _resource_knobs(text: str, f: Finding, d: Diagnosis) -> str | None:
 # descriptive library labels (classes._LIBRARIES) that name no one package to upgrade
 _NOT_A_PACKAGE = re.compile(r"^(?:a |an |another |the |CUDA math|quantization kernels)|\s")
 _FRAMEWORKS = ("vllm", "sglang", "tensorrt_llm")
+# library labels whose project is released under another name ("llama.cpp/ggml" would read as a package "llama")
+_RELEASED_AS = {"llama.cpp/ggml": "llama.cpp (or the Ollama / LM Studio build that bundles it)", "vllm._C": "vllm"}
 
 
 def _upgrade(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -105,12 +107,9 @@ def _upgrade(text: str, f: Finding, d: Diagnosis) -> str | None:
     if f.cls not in ("arch-path-unsupported", "binary-lacks-arch", "kernel-fault", "resource-limit"):
         return None
     lib = f.details.get("library", "")
+    package = _RELEASED_AS.get(lib) or (lib.split(".")[0] if lib and not _NOT_A_PACKAGE.search(lib) else "")
     owner = owner_of(f)
-    named = [
-        n
-        for n in (owner or "", lib.split(".")[0] if lib and not _NOT_A_PACKAGE.search(lib) else "", d.framework or "")
-        if n
-    ]
+    named = [n for n in (owner or "", package, d.framework or "") if n]
     if not named or named[0] == "torch":
         return None
     names = " and ".join({n.lower(): n for n in reversed(named)}[k] for k in dict.fromkeys(n.lower() for n in named))
@@ -265,6 +264,71 @@ def _socket(text: str, f: Finding, d: Diagnosis) -> str | None:
     )
 
 
+# an app's own Python environment: a pipx venv is named for its package; a launcher's venv/ or embedded Python
+# sits in the app's folder (stable-diffusion-webui/venv, ComfyUI_windows_portable/python_embeded)
+_APP_ENV = re.compile(
+    r"pipx[/\\]venvs[/\\](?P<pipx>[\w.-]+)[/\\]|"
+    r"[/\\](?P<app>[A-Za-z][\w.-]+)[/\\](?:venv|python_embede?d|runtime[/\\]python)[/\\](?:lib|Lib)[/\\]"
+)
+
+
+def _app_environment(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """PyTorch without this GPU's arch, in an app's own environment: the app's release decides which PyTorch it
+    brings, so name the app beside the PyTorch to install into that environment."""
+    if f.cls != "binary-lacks-arch":
+        return None
+    near = "\n".join([*f.context[-6:], f.line, *f.after])
+    if "torch" not in near.lower():
+        return None
+    m = _APP_ENV.search(near.replace("\\", "/"))
+    if m is None:
+        return None
+    app = m.group("pipx") or m.group("app")
+    return (
+        f"this PyTorch is in {app}'s own environment ({m.group(0).strip('/')}): upgrade {app} to a release that "
+        "brings a PyTorch built for CUDA 12.8+, or install one into that environment with its own pip "
+        "(--index-url https://download.pytorch.org/whl/cu128)"
+    )
+
+
+_GRAPHS = re.compile(r"(?i)cuda ?graph|cudagraph|graph (?:capture|replay)|capturing")
+
+
+def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """A kernel fault in a serving framework: running without CUDA graphs tells a capture/replay fault from the
+    kernel's own, and is the usual way to keep serving meanwhile."""
+    if f.cls != "kernel-fault":
+        return None
+    if d.framework not in ("vllm", "sglang") and not _GRAPHS.search(" ".join([text, *f.context[-6:]])):
+        return None
+    return (
+        "to tell a fault of CUDA-graph capture or replay from the kernel's own, rerun without CUDA graphs: vLLM "
+        "--enforce-eager, SGLang --disable-cuda-graph (slower; if it then runs, keep it while you report the fault)"
+    )
+
+
+_MATH = re.compile(r"(?i)\b(?P<lib>cublaslt|cublas|cudnn|cufft|cusparse|cusolver|curand)\b|CUBLAS_STATUS|CUDNN_STATUS")
+_MATH_WHEEL = {"cublaslt": "nvidia-cublas", "cublas": "nvidia-cublas", "cudnn": "nvidia-cudnn"}
+
+
+def _math_library(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """A CUDA math library (cuBLAS, cuDNN) refused or faulted on this GPU: its own releases add SM12x kernels, and a
+    framework's other backend for the op avoids it."""
+    if f.cls not in SM12X_CLASSES:
+        return None
+    m = _MATH.search(text)
+    if m is None:
+        return None
+    lib = (m.group("lib") or ("cudnn" if "cudnn" in m.group(0).lower() else "cublas")).lower()
+    name = {"cublaslt": "cuBLASLt", "cublas": "cuBLAS", "cudnn": "cuDNN"}.get(lib, lib)
+    wheel = _MATH_WHEEL.get(lib, f"nvidia-{lib}")
+    return (
+        f"the call that failed is {name}'s, whose releases add SM12x kernels: upgrade {name} ({wheel}-cu12, or "
+        f"-cu13 for a CUDA 13 PyTorch; or a newer PyTorch / framework image that brings a newer one), or avoid "
+        f"{name} for that op (another backend or dtype)"
+    )
+
+
 Rule = Callable[[str, Finding, Diagnosis], "str | None"]
 RULES: tuple[Rule, ...] = (
     _own_words,
@@ -277,6 +341,9 @@ RULES: tuple[Rule, ...] = (
     _flashinfer_jit,
     _cuda_runtime,
     _socket,
+    _app_environment,
+    _graphs,
+    _math_library,
     _upgrade,
 )
 
@@ -285,7 +352,7 @@ def add_evidence_advice(result: Diagnosis) -> None:
     """A note per rule whose cue the finding's line, its details or the fatal lines near it show."""
     around = [e.line for e in result.unnamed_errors]
     for f in result.causes:
-        text = " ".join([f.line, *f.details.values(), *around])
+        text = " ".join([f.line, *f.details.values(), *around, *f.after])
         for rule in RULES:
             note = rule(text, f, result)
             if note and note not in f.notes:

@@ -530,12 +530,13 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("tensorrt_llm", re.compile(r"\btensorrt_llm\b|\bTensorRT-LLM\b|\btrtllm\w*|\bTllm\w+|\btrt_llm\b")),
     ("tensorrt", re.compile(r"\btensorrt\b|\bTensorRT\b|\[TRT\]|\bnvinfer\w*")),
     ("xformers", re.compile(r"\bxformers\b")),
+    # ggml's own attention kernels (flash_attn_ext_f16, fattn-*.cu) before FlashAttention's name, which they share
+    ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b|\bflash_attn_ext\w*|\bfattn\b")),
     ("flash_attn", re.compile(r"\bflash_attn\w*|flash[-_ ]?attention|\bFA3\b", re.I)),
     ("bitsandbytes", re.compile(r"\bbitsandbytes\b")),
     ("fbgemm", re.compile(r"\bfbgemm\w*")),
     ("nunchaku", re.compile(r"\bnunchaku\b")),
     ("triton", re.compile(r"(?<![a-z])triton(?![a-z])")),
-    ("llama.cpp/ggml", re.compile(r"\bggml\w*|llama\.cpp|\bllama-server\b")),
     ("transformer_engine", re.compile(r"(?i:\btransformer[_ -]?engine\b)")),
     ("CUDA.jl", re.compile(r"\bCUDA\.jl\b|\bCuModule\b|\bcudadrv\b|\.julia[/\\]packages[/\\]CUDA\b")),
     # (also inside a wrapper's name: "_sageattn_int8", "my_sageattn_forward")
@@ -581,7 +582,7 @@ LIBRARY_WORDS = (
     "flashinfer", "sgl_kernel", "sgl-kernel", "deep_gemm", "deepgemm", "flash_mla", "flashmla", "vllm/_",
     "vllm._", "_custom_ops", "cutlass", "tensorrt", "trtllm", "tllm", "trt_llm",
     "[trt]", "nvinfer", "xformers", "flash_attn", "flash-attention",
-    "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp",
+    "flash attention", "flash_attention", "bitsandbytes", "fbgemm", "nunchaku", "triton", "ggml", "llama.cpp", "fattn",
     "llama-server", "transformer_engine", "transformerengine", "transformer engine", "transformer-engine", "cuda.jl",
     "cumodule", "cudadrv", ".julia", "flashattention", "fa3",
     "sageatt", "sage_att", "sageattn", "spas_sage", "sparge", "deep_ep",
@@ -690,6 +691,30 @@ _FLAG_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
+# the kind of op a failing line names, for the backend flag that picks it when the log shows none set
+_OP_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("moe", re.compile(r"(?i)moe|expert|grouped[_ ]?gemm|group_gemm")),
+    ("attention", re.compile(r"(?i)attention|attn|fmha|\bmla\b|_mla\b|\bmla_|sdpa")),
+)
+# a backend of that kind with kernels for SM12x in each framework (Triton's run on any GPU Triton knows)
+_OTHER_BACKEND = {
+    "moe": "another MoE backend (SGLang --moe-runner-backend triton, vLLM --moe-backend triton)",
+    "attention": (
+        "another attention backend (SGLang --attention-backend triton, vLLM --attention-backend TRITON_ATTN, "
+        "older vLLM VLLM_ATTENTION_BACKEND=TRITON_ATTN)"
+    ),
+}
+
+
+def op_kind(line: str, library: str | None, text: str) -> str | None:
+    """ "moe" or "attention" when the failing line, then its library, then the lines around it name that kind of op."""
+    for words in (line, library or "", text):
+        for op, pattern in _OP_WORDS:
+            if pattern.search(words):
+                return op
+    return None
+
+
 @dataclass
 class StructureFinding:
     """A cause at the level the evidence supports."""
@@ -705,6 +730,7 @@ class StructureFinding:
     sm12x_token: str | None
     thin: bool  # the class rests on a generic exception line, not on a telling phrase
     context: tuple[str, ...] = ()  # the lines just before it (the traceback): what advice reads for "where"
+    op: str | None = None  # the kind of op that failed (op_kind), when the log names it
 
     def meaning(self) -> str:
         where = f" in {self.library}" if self.library else ""
@@ -1071,18 +1097,21 @@ def cuda_error_of(line: str) -> str | None:
     return (m.group("name") or (m.group("msg") or "").strip() or f"code {m.group('code')}") or None
 
 
-def next_step(cls: str, library: str | None, flag: tuple[str, str] | None) -> str:
-    """What to try next for a class, naming the library and the flag when the log shows them."""
+def next_step(cls: str, library: str | None, flag: tuple[str, str] | None, op: str | None = None) -> str:
+    """What to try next for a class, naming the library and the flag when the log shows them (the flag of the op's
+    kind when the log names the op but shows no flag set)."""
     lib = library or "the library in the traceback"
+    other = _OTHER_BACKEND.get(op or "")
     if cls == "arch-path-unsupported":
-        pick = (
-            f"relaunch with another {flag[0]} than {flag[1]} (one with kernels for this GPU)"
-            if flag
-            else (
+        if flag:
+            pick = f"relaunch with another {flag[0]} than {flag[1]} (one with kernels for this GPU)"
+        elif other:
+            pick = f"relaunch with {other}"
+        else:
+            pick = (
                 "relaunch with a backend that has kernels for this GPU (SGLang --attention-backend / "
                 "--moe-runner-backend, vLLM --attention-backend / --moe-backend)"
             )
-        )
         return f"This path in {lib} does not support the GPU: {pick}, or upgrade {lib} to a release with SM12x support."
     if cls == "binary-lacks-arch":
         return (
@@ -1096,13 +1125,18 @@ def next_step(cls: str, library: str | None, flag: tuple[str, str] | None) -> st
             "for Triton point TRITON_PTXAS_PATH at its ptxas, or upgrade Triton (>= 3.3 knows sm_120)."
         )
     if cls == "resource-limit":
-        pick = f"another {flag[0]} than {flag[1]}" if flag else "another backend or smaller tiles for that kernel"
+        fallback = other or "another backend or smaller tiles for that kernel"
+        pick = f"another {flag[0]} than {flag[1]}" if flag else fallback
         return (
             f"The kernel in {lib} was sized for a GPU with more shared memory (SM90/SM100: 228 KB; SM12x: 99 KB per "
             f"block): pick {pick}, or upgrade {lib} to a release with configs for this GPU."
         )
     if cls == "kernel-fault":
-        pick = f", then try another {flag[0]} than {flag[1]}" if flag else ", then pick another backend for that op"
+        pick = (
+            f", then try another {flag[0]} than {flag[1]}"
+            if flag
+            else (f", then try {other}" if other else ", then pick another backend for that op")
+        )
         return f"Rerun with CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel in {lib}{pick}; upgrade {lib}."
     if cls == "out-of-memory":
         return (

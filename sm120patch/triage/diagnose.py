@@ -87,6 +87,9 @@ MAX_LINE = 64 * 1024  # bytes read per line; the rest of a longer line is skippe
 CONTEXT_LINES = 40  # preceding lines kept to resolve a signature's context
 SHOW_CHARS = 400  # characters of a log line kept in a finding
 MAX_UNNAMED = 5
+AFTER_LINES = 4  # non-empty lines kept after a fatal line: cuda-gdb and sanitizers name the kernel below the fault
+AFTER_SPAN = 8  # ... within this many lines
+MAX_AFTER_WATCH = 1024  # fatal lines whose following lines are kept (the first ones: a crash loop repeats them)
 FULL_KIND_LINES = 5000  # lines whose framework marks are counted even when the prefilter skips them
 MISSING = "not named in the log"
 
@@ -133,6 +136,8 @@ class Finding:
     sig: Signature | None = field(default=None, repr=False, compare=False)
     # the log lines just before it (its traceback), kept once per finding: advice reads where it failed
     context: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # the non-empty lines just after it: a debugger or sanitizer names the faulting kernel there
+    after: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -359,6 +364,8 @@ class Diagnoser:
         words = [text for _, text in self._recipe_sigs] + list(triage_classes.LIBRARY_WORDS)
         self._prefilter = Prefilter(words) if prefilter else None
         self._taken: list[tuple[int, str]] = []  # (line, recipe id) of each taken line
+        self._after: dict[int, list[str]] = {}  # fatal line number -> the lines after it (AFTER_LINES)
+        self._collecting: list[tuple[list[str], list[int]]] = []  # (lines, [lines still to read]) still open
 
     def feed(self, raw: str) -> list[Finding]:
         """Match one log line; returns findings seen for the first time on this line."""
@@ -367,6 +374,8 @@ class Diagnoser:
         if "\x1b" in line:
             line = _ANSI.sub("", line)
         line = _normalize(line)
+        if self._collecting:
+            self._collect_after(line)
         if "sm120patch: " in line and "taken" in line:
             rid = taken_id(line)
             if rid is not None:
@@ -402,10 +411,31 @@ class Diagnoser:
                 self._errors.append(LogLine(self.lines_read, _clip(line.strip()), cls.label))
                 self.structure.fatal_line(self.lines_read, line, self._context)
                 self._after_fatal = True
+                self._watch_after()
             else:
                 self.structure.other_line(self.lines_read, line, self._context)
+        if new:
+            self._watch_after()
         self._context.append(line)
         return new
+
+    def _watch_after(self) -> None:
+        """Keep the lines that follow this one (the first MAX_AFTER_WATCH fatal lines only: bounded memory)."""
+        if len(self._after) < MAX_AFTER_WATCH and self.lines_read not in self._after:
+            kept: list[str] = []
+            self._after[self.lines_read] = kept
+            self._collecting.append((kept, [AFTER_SPAN]))
+
+    def _collect_after(self, line: str) -> None:
+        text = _clip(line.strip())
+        still = []
+        for kept, left in self._collecting:
+            if text:
+                kept.append(text)
+            left[0] -= 1
+            if left[0] > 0 and len(kept) < AFTER_LINES:
+                still.append((kept, left))
+        self._collecting = still
 
     def result(self) -> Diagnosis:
         """The diagnosis so far; verdicts and advice use everything the log has shown."""
@@ -486,7 +516,7 @@ class Diagnoser:
                 signature=f"class:{p.cls}",
                 fatal=True,
                 meaning=p.meaning(),
-                next_step=triage_classes.next_step(p.cls, p.library, p.flag),
+                next_step=triage_classes.next_step(p.cls, p.library, p.flag, p.op),
                 line_no=p.line_no,
                 line=p.line,
                 details=a.details,
@@ -496,6 +526,7 @@ class Diagnoser:
                 cls=p.cls,
                 evidence="thin" if p.thin else "class",
                 context=p.context,
+                after=tuple(self._after.get(p.line_no, ())),
             )
         ]
 
@@ -541,7 +572,8 @@ class Diagnoser:
         check = ""
         if verdict == "maybe":
             check = _fill(sig.check, details) if sig is not None and sig.check else GPU_CHECK
-        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes, details=shown)
+        after = tuple(self._after.get(f.line_no, ()))
+        return replace(f, sm12x=verdict, next_step=step, check=check, notes=notes, details=shown, after=after)
 
     def _compile_target(self, f: Finding) -> tuple[str, str]:
         """A compiler refusing an SM12x arch names what the build targets, not the GPU it runs on: a build's

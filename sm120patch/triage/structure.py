@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sm120patch.triage import classes as triage_classes
 from sm120patch.triage import fatal
@@ -291,8 +291,19 @@ class StructureWatcher:
                 pick.line = _clip(line.strip()) + "  [traceback frames without an exception line: cut off?]"
         if pick is None:
             return None
+        pick = self._kernel_below(pick)
         verdict, check, notes = self._verdict(pick, kind)
         return Answer(pick, verdict, check, notes)
+
+    def _kernel_below(self, pick: StructureFinding) -> StructureFinding:
+        """A fault read before the lines below it: the kernel a debugger or sanitizer names there is its library."""
+        if pick.cls not in ("kernel-fault", "resource-limit") or pick.library not in (None, "torch"):
+            return pick
+        lib = self.evidence.library_near(pick.line_no, window=0, after=FRAMES_AFTER)
+        if lib is None or lib == "torch":
+            return pick
+        flag = pick.flag or self.evidence.flag_for(lib, pick.line, pick.line)
+        return replace(pick, library=lib, flag=flag, op=pick.op or triage_classes.op_kind(pick.line, lib, ""))
 
     def _on_sm12x(self, kind: LogKind, line_no: int) -> bool:
         """The log shows an SM12x GPU, none at all, or an SM12x token near the line: a kernel library's own failure
@@ -313,7 +324,9 @@ class StructureWatcher:
     ) -> StructureFinding:
         ev = self.evidence
         around = line + "\n" + "\n".join(list(context)[-CONTEXT_CUE_LINES:])
-        library = triage_classes.library_in(line) or ev.library_near(line_no)
+        # a fault's kernel is named below it (cuda-gdb's "kernel: void ...", a sanitizer's "at ... in ...")
+        below = FRAMES_AFTER if cls in ("kernel-fault", "resource-limit") else 0
+        library = triage_classes.library_in(line) or ev.library_near(line_no, after=below)
         if cls == "arch-path-unsupported" and library in BUILD_BOUND:
             # TensorRT builds engines only for the archs its release knows: a refused arch is a release without it
             cls, cue = "binary-lacks-arch", f"{cue} (in {library}, whose release carries the archs it knows)"
@@ -331,6 +344,7 @@ class StructureWatcher:
             sm12x_token=triage_classes.sm12x_token_in(around),
             thin=thin,
             context=tuple(context)[-CONTEXT_KEPT:],
+            op=triage_classes.op_kind(line, library, around),
         )
 
     def _verdict(self, pick: StructureFinding, kind: LogKind) -> tuple[str, str, list[str]]:

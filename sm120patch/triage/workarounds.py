@@ -63,8 +63,9 @@ def load(path: Path | None = None) -> list[Workaround]:
 
 
 def finding_text(f: Finding, around: list[str]) -> str:
-    """What a row is matched against: the finding's line, its details, the error lines near it, its traceback."""
-    return "\n".join([f.line, *f.details.values(), *around, *f.context])
+    """What a row is matched against: the finding's line, its details, the error lines near it, its traceback and
+    the lines just after it (where cuda-gdb names the faulting kernel)."""
+    return "\n".join([f.line, *f.details.values(), *around, *f.context, *f.after])
 
 
 def add_workarounds(result: Diagnosis, table: list[Workaround] | None = None) -> None:

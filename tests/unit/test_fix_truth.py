@@ -28,10 +28,12 @@ RAW = {p.stem: tomllib.loads(p.read_text(encoding="utf-8"))["case"] for p in sor
 # held-out 1 and 2 got their truth on 2026-12-03, written blind to diagnose's output and to the advice
 # code, and were scored once with it: their fix useful figures are the first ones measured on truth
 # the advice was never developed against (one shot: 15/32 and 10/16; the class figures are in-sample).
-# Then opened: four sourced workarounds rows (patches/workarounds.toml) made them 16/32 and 12/16, in-sample
+# Then opened: four sourced workarounds rows (patches/workarounds.toml) made them 16/32 and 12/16, in-sample;
+# advice that reads the lines below a fault (the library, flag and op there; graphs, math wheels, app
+# environments) made them 19/32 and 14/16, in-sample
 FLOOR = {
-    "held-out": (48, 16, 43, 16),
-    "held-out-2": (48, 32, 47, 12),
+    "held-out": (48, 16, 43, 19),
+    "held-out-2": (48, 32, 47, 14),
     "held-out-3": (50, 27, 45, 17),
     "held-out-4": (48, 26, 46, 18),
     "held-out-5": (37, 20, 34, 13),
