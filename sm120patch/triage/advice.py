@@ -97,7 +97,14 @@ def _resource_knobs(text: str, f: Finding, d: Diagnosis) -> str | None:
 _NOT_A_PACKAGE = re.compile(r"^(?:a |an |another |the |CUDA math|quantization kernels)|\s")
 _FRAMEWORKS = ("vllm", "sglang", "tensorrt_llm")
 # library labels whose project is released under another name ("llama.cpp/ggml" would read as a package "llama")
-_RELEASED_AS = {"llama.cpp/ggml": "llama.cpp (or the Ollama / LM Studio build that bundles it)", "vllm._C": "vllm"}
+_RELEASED_AS = {
+    "llama.cpp/ggml": "llama.cpp (or the Ollama / LM Studio build that bundles it)",
+    "vllm._C": "vllm",
+    "paddle": "PaddlePaddle (paddlepaddle-gpu)",
+    "llama_cpp": "llama-cpp-python",
+    "mlc_llm": "mlc-llm",
+    "tvm": "Apache TVM",
+}
 
 
 def _upgrade(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -109,6 +116,7 @@ def _upgrade(text: str, f: Finding, d: Diagnosis) -> str | None:
     lib = f.details.get("library", "")
     package = _RELEASED_AS.get(lib) or (lib.split(".")[0] if lib and not _NOT_A_PACKAGE.search(lib) else "")
     owner = owner_of(f)
+    owner = _RELEASED_AS.get(owner or "", owner)
     named = [n for n in (owner or "", package, d.framework or "") if n]
     if not named or named[0] == "torch":
         return None
@@ -292,6 +300,7 @@ def _app_environment(text: str, f: Finding, d: Diagnosis) -> str | None:
 
 
 _GRAPHS = re.compile(r"(?i)cuda ?graph|cudagraph|graph (?:capture|replay)|capturing")
+_NO_GRAPHS = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}
 
 
 def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -301,9 +310,10 @@ def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
         return None
     if d.framework not in ("vllm", "sglang") and not _GRAPHS.search(" ".join([text, *f.context[-6:]])):
         return None
+    flag = _NO_GRAPHS.get(d.framework or "", "vLLM --enforce-eager, SGLang --disable-cuda-graph")
     return (
-        "to tell a fault of CUDA-graph capture or replay from the kernel's own, rerun without CUDA graphs: vLLM "
-        "--enforce-eager, SGLang --disable-cuda-graph (slower; if it then runs, keep it while you report the fault)"
+        f"to tell a fault of CUDA-graph capture or replay from the kernel's own, rerun without CUDA graphs: {flag} "
+        "(slower; if it then runs, keep it while you report the fault)"
     )
 
 

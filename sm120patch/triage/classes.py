@@ -554,13 +554,19 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("quack", re.compile(r"\bquack/|\bquack\.")),
     ("CuTe DSL", re.compile(r"\bcutlass\.cute\b|\bcute_dsl\w*|\bcpasync\b|\bcute\.(?:nvgpu|arch|runtime)\b")),
     ("CUDA math libraries", re.compile(r"(?i:\bcu(?:BLAS|BLASLt|DNN|SPARSE|FFT|SOLVER|RAND)\w*)")),
-    (
-        "another compiled runtime",
-        re.compile(
-            r"\bctranslate2\b|\bpaddle\b|\bPaddlePaddle\b|\bturbomind\b|\blmdeploy\b|\bktransformers\b|"
-            r"\bnumba\b|\btvm\b|\bmlc_llm\b|\btaichi\b|\bmxnet\b|\bmindspore\b|\bjittor\b|\bllama_cpp\b"
-        ),
-    ),
+    # other compiled runtimes, each by its own name (the package to upgrade or rebuild)
+    ("ctranslate2", re.compile(r"\bctranslate2\b")),
+    ("paddle", re.compile(r"\bpaddle\b|\bPaddlePaddle\b")),
+    ("lmdeploy", re.compile(r"\bturbomind\b|\blmdeploy\b")),
+    ("ktransformers", re.compile(r"\bktransformers\b")),
+    ("numba", re.compile(r"\bnumba\b")),
+    ("tvm", re.compile(r"\btvm\b")),
+    ("mlc_llm", re.compile(r"\bmlc_llm\b")),
+    ("taichi", re.compile(r"\btaichi\b")),
+    ("mxnet", re.compile(r"\bmxnet\b")),
+    ("mindspore", re.compile(r"\bmindspore\b")),
+    ("jittor", re.compile(r"\bjittor\b")),
+    ("llama_cpp", re.compile(r"\bllama_cpp\b")),
     # a compiled extension of any project (foo/_C.so, foo_cuda, foo_kernels, torch.ops.foo)
     (
         "a compiled extension",
@@ -696,14 +702,38 @@ _OP_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("moe", re.compile(r"(?i)moe|expert|grouped[_ ]?gemm|group_gemm")),
     ("attention", re.compile(r"(?i)attention|attn|fmha|\bmla\b|_mla\b|\bmla_|sdpa")),
 )
-# a backend of that kind with kernels for SM12x in each framework (Triton's run on any GPU Triton knows)
-_OTHER_BACKEND = {
-    "moe": "another MoE backend (SGLang --moe-runner-backend triton, vLLM --moe-backend triton)",
-    "attention": (
+# a backend of that kind with kernels for SM12x in each framework (Triton's run on any GPU Triton knows), in the
+# flags of the framework that wrote the log; both where the log names neither
+_OTHER_BACKEND: dict[tuple[str, str], str] = {
+    ("moe", "sglang"): "another MoE backend (--moe-runner-backend triton)",
+    ("moe", "vllm"): "another MoE backend (--moe-backend triton)",
+    ("moe", ""): "another MoE backend (SGLang --moe-runner-backend triton, vLLM --moe-backend triton)",
+    ("attention", "sglang"): "another attention backend (--attention-backend triton)",
+    ("attention", "vllm"): (
+        "another attention backend (--attention-backend TRITON_ATTN; older vLLM: VLLM_ATTENTION_BACKEND=TRITON_ATTN)"
+    ),
+    ("attention", ""): (
         "another attention backend (SGLang --attention-backend triton, vLLM --attention-backend TRITON_ATTN, "
         "older vLLM VLLM_ATTENTION_BACKEND=TRITON_ATTN)"
     ),
 }
+# a backend of any kind, when the log names neither the op nor a flag
+_ANY_BACKEND = {
+    "sglang": "--attention-backend / --moe-runner-backend",
+    "vllm": "--attention-backend / --moe-backend",
+    "": "SGLang --attention-backend / --moe-runner-backend, vLLM --attention-backend / --moe-backend",
+}
+# where the memory headroom is set
+_HEADROOM = {
+    "sglang": "--mem-fraction-static 0.8 and a smaller --context-length / --max-running-requests",
+    "vllm": "--gpu-memory-utilization 0.8 and a smaller --max-model-len",
+    "": "SGLang --mem-fraction-static 0.8, vLLM --gpu-memory-utilization 0.8 and a smaller --max-model-len",
+}
+
+
+def _serving(framework: str | None) -> str:
+    """The key of the tables above: SGLang or vLLM when the log is theirs, else "" (name both)."""
+    return framework if framework in ("sglang", "vllm") else ""
 
 
 def op_kind(line: str, library: str | None, text: str) -> str | None:
@@ -1097,21 +1127,22 @@ def cuda_error_of(line: str) -> str | None:
     return (m.group("name") or (m.group("msg") or "").strip() or f"code {m.group('code')}") or None
 
 
-def next_step(cls: str, library: str | None, flag: tuple[str, str] | None, op: str | None = None) -> str:
+def next_step(
+    cls: str, library: str | None, flag: tuple[str, str] | None, op: str | None = None, framework: str | None = None
+) -> str:
     """What to try next for a class, naming the library and the flag when the log shows them (the flag of the op's
-    kind when the log names the op but shows no flag set)."""
+    kind when the log names the op but shows no flag set), in the flags of the framework that wrote the log
+    (SGLang's or vLLM's; both when the log is neither's)."""
     lib = library or "the library in the traceback"
-    other = _OTHER_BACKEND.get(op or "")
+    fw = _serving(framework)
+    other = _OTHER_BACKEND.get((op or "", fw))
     if cls == "arch-path-unsupported":
         if flag:
             pick = f"relaunch with another {flag[0]} than {flag[1]} (one with kernels for this GPU)"
         elif other:
             pick = f"relaunch with {other}"
         else:
-            pick = (
-                "relaunch with a backend that has kernels for this GPU (SGLang --attention-backend / "
-                "--moe-runner-backend, vLLM --attention-backend / --moe-backend)"
-            )
+            pick = f"relaunch with a backend that has kernels for this GPU ({_ANY_BACKEND[fw]})"
         return f"This path in {lib} does not support the GPU: {pick}, or upgrade {lib} to a release with SM12x support."
     if cls == "binary-lacks-arch":
         return (
@@ -1139,10 +1170,7 @@ def next_step(cls: str, library: str | None, flag: tuple[str, str] | None, op: s
         )
         return f"Rerun with CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel in {lib}{pick}; upgrade {lib}."
     if cls == "out-of-memory":
-        return (
-            "Leave more headroom: SGLang --mem-fraction-static 0.8, vLLM --gpu-memory-utilization 0.8 and a smaller "
-            "--max-model-len; check nvidia-smi for other processes."
-        )
+        return f"Leave more headroom: {_HEADROOM[fw]}; check nvidia-smi for other processes."
     if cls == "communication":
         return (
             "Rerun with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; "

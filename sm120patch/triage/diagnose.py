@@ -516,7 +516,7 @@ class Diagnoser:
                 signature=f"class:{p.cls}",
                 fatal=True,
                 meaning=p.meaning(),
-                next_step=triage_classes.next_step(p.cls, p.library, p.flag, p.op),
+                next_step=triage_classes.next_step(p.cls, p.library, p.flag, p.op, self.kind.framework),
                 line_no=p.line_no,
                 line=p.line,
                 details=a.details,

@@ -85,18 +85,65 @@ def test_a_flag_the_log_shows_set_wins_over_the_op_kind() -> None:
     assert "another --attention-backend than fa3" in text, text
 
 
+FAULT = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+VLLM_BANNER = "INFO 01-02 10:00:00 [core.py:1] vLLM engine (v0.11.0) starting\n"
+SGLANG_BANNER = "[2026-01-02 10:00:00 TP0] Load weight begin. avail mem=93.10 GB\n"
+
+
 @pytest.mark.parametrize(
-    "log",
+    ("log", "named", "not_named"),
     [
-        "INFO 01-02 10:00:00 [core.py:1] vLLM engine (v0.11.0) starting\n"
-        "RuntimeError: CUDA error: an illegal memory access was encountered\n",
-        "Capturing cuda graph batches (bs=8)\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+        (VLLM_BANNER + FAULT, "--enforce-eager", "--disable-cuda-graph"),
+        (SGLANG_BANNER + FAULT, "--disable-cuda-graph", "--enforce-eager"),
+        ("Capturing cuda graph batches (bs=8)\n" + FAULT, "--enforce-eager", None),
     ],
-    ids=["under-vllm", "during-graph-capture"],
+    ids=["under-vllm", "under-sglang", "during-graph-capture"],
 )
-def test_a_kernel_fault_in_a_server_or_graph_capture_gets_the_run_without_graphs(log: str) -> None:
+def test_a_kernel_fault_in_a_server_or_graph_capture_gets_the_run_without_graphs(
+    log: str, named: str, not_named: str | None
+) -> None:
+    """In the flags of the server that wrote the log; both servers' flags when the log is neither's."""
     text = _text(log)
-    assert "--enforce-eager" in text and "--disable-cuda-graph" in text, text
+    assert named in text, text
+    if not_named is None:
+        assert "--disable-cuda-graph" in text, text
+    else:
+        assert not_named not in text, text
+
+
+@pytest.mark.parametrize(
+    ("banner", "named", "not_named"),
+    [
+        (SGLANG_BANNER, "--moe-runner-backend triton", "--moe-backend triton"),
+        (VLLM_BANNER, "--moe-backend triton", "--moe-runner-backend"),
+    ],
+    ids=["sglang", "vllm"],
+)
+def test_the_backend_flag_is_the_one_of_the_server_that_wrote_the_log(banner: str, named: str, not_named: str) -> None:
+    log = G5090 + banner + "RuntimeError: MoE grouped GEMM requires 102400 bytes shared memory but device supports 101376\n"
+    text = _text(log)
+    assert named in text and not_named not in text, text
+
+
+@pytest.mark.parametrize(
+    ("banner", "named", "not_named"),
+    [
+        (SGLANG_BANNER, "--mem-fraction-static", "--gpu-memory-utilization"),
+        (VLLM_BANNER, "--gpu-memory-utilization", "--mem-fraction-static"),
+        ("", "--mem-fraction-static", None),
+    ],
+    ids=["sglang", "vllm", "neither"],
+)
+def test_out_of_memory_names_the_headroom_flag_of_the_server(banner: str, named: str, not_named: str | None) -> None:
+    log = banner + "Something went wrong: out of memory on device 0 while growing the pool\n"
+    result = add_advice(diagnose(log.splitlines(keepends=True), [], None), [], None)
+    steps = [f.next_step for f in result.causes if f.cls == "out-of-memory"]
+    assert steps, result.render()
+    assert named in steps[0], steps
+    if not_named is None:
+        assert "--gpu-memory-utilization" in steps[0], steps
+    else:
+        assert not_named not in steps[0], steps
 
 
 def test_a_kernel_fault_outside_a_server_gets_no_graph_advice() -> None:
@@ -142,3 +189,23 @@ def test_an_h100_fault_keeps_its_verdict_with_the_new_advice() -> None:
     """Advice never changes the verdict: an H100's fault is still not blamed on SM12x."""
     causes = _advised(H100 + GDB_FAULT)
     assert all(f.sm12x != "yes" for f in causes), [(f.signature, f.sm12x) for f in causes]
+
+
+@pytest.mark.parametrize(
+    ("frame", "named"),
+    [
+        ("/env/site-packages/paddle/base/framework.py", "upgrade PaddlePaddle (paddlepaddle-gpu)"),
+        ("/env/site-packages/ctranslate2/models/whisper.py", "upgrade ctranslate2"),
+        ("/env/site-packages/lmdeploy/turbomind/turbomind.py", "upgrade lmdeploy"),
+    ],
+    ids=["paddle", "ctranslate2", "lmdeploy"],
+)
+def test_another_compiled_runtime_is_named_for_its_upgrade(frame: str, named: str) -> None:
+    log = (
+        G5090
+        + "Traceback (most recent call last):\n"
+        + f'  File "{frame}", line 7, in run\n'
+        + "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    )
+    text = _text(log)
+    assert named in text and "another compiled runtime" not in text, text

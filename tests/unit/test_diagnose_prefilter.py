@@ -80,7 +80,11 @@ def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
         "apex": "apex/normalization", "tiny-cuda-nn": "tinycudann.modules", "gsplat": "gsplat/cuda",
         "nvdiffrast": "nvdiffrast.torch", "quack": "quack/cute_dsl_utils.py",
         "a compiled extension": "site-packages/foo_kernels/_ops.py", "CUDA.jl": "@ CUDA ~/.julia/packages/CUDA/x/lib",
-        "another compiled runtime": "ctranslate2/models/whisper.py", "CUDA math libraries": "cublasLtMatmul failed",
+        "ctranslate2": "ctranslate2/models/whisper.py", "paddle": "paddle/phi/kernels/gpu/matmul_kernel.cu",
+        "lmdeploy": "lmdeploy/turbomind/turbomind.py", "ktransformers": "ktransformers/operators/experts.py",
+        "numba": "numba.cuda.cudadrv.driver", "tvm": "tvm/runtime/module.py", "mlc_llm": "mlc_llm/serve/engine.py",
+        "taichi": "taichi/lang/misc.py", "mxnet": "mxnet/base.py", "mindspore": "mindspore/common/api.py",
+        "jittor": "jittor/compiler.py", "llama_cpp": "llama_cpp/llama.py", "CUDA math libraries": "cublasLtMatmul failed",
         "CuTe DSL": "cutlass.cute.nvgpu.cpasync", "tilelang": "tilelang/jit/kernel.py",
     }  # fmt: skip
     assert set(samples) == {name for name, _ in _LIBRARIES}

@@ -159,6 +159,20 @@ TB = "Traceback (most recent call last):\n"
             id="row-fa4-fp8-sm100",
         ),
         pytest.param(
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled cuda error\n"
+            "Last error:\nCuda failure 'peer access is not supported between these two devices'\n",
+            ["ACSCtl", "NCCL_P2P_DISABLE=1"],
+            [],
+            id="row-nccl-p2p-acs",
+        ),
+        pytest.param(
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited "
+            "or there was a network error\nNET/Socket : Connect to 10.0.0.2<43125> failed : Connection refused\n",
+            [],
+            ["ACSCtl"],
+            id="row-nccl-p2p-needs-p2p",
+        ),
+        pytest.param(
             "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 116992, "
             "Hardware limit: 101376\n",
             ["tile sizes", "TILE_SIZE"],
