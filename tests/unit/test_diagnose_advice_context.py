@@ -120,7 +120,7 @@ def test_a_kernel_fault_in_a_server_or_graph_capture_gets_the_run_without_graphs
     ids=["sglang", "vllm"],
 )
 def test_the_backend_flag_is_the_one_of_the_server_that_wrote_the_log(banner: str, named: str, not_named: str) -> None:
-    log = G5090 + banner + "RuntimeError: MoE grouped GEMM requires 102400 bytes shared memory but device supports 101376\n"
+    log = G5090 + banner + "RuntimeError: MoE grouped GEMM requires 102400 bytes shared memory but device has 101376\n"
     text = _text(log)
     assert named in text and not_named not in text, text
 

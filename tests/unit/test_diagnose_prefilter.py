@@ -84,7 +84,8 @@ def test_every_library_the_classifier_names_passes_the_prefilter() -> None:
         "lmdeploy": "lmdeploy/turbomind/turbomind.py", "ktransformers": "ktransformers/operators/experts.py",
         "numba": "numba.cuda.cudadrv.driver", "tvm": "tvm/runtime/module.py", "mlc_llm": "mlc_llm/serve/engine.py",
         "taichi": "taichi/lang/misc.py", "mxnet": "mxnet/base.py", "mindspore": "mindspore/common/api.py",
-        "jittor": "jittor/compiler.py", "llama_cpp": "llama_cpp/llama.py", "CUDA math libraries": "cublasLtMatmul failed",
+        "jittor": "jittor/compiler.py", "llama_cpp": "llama_cpp/llama.py",
+        "CUDA math libraries": "cublasLtMatmul failed",
         "CuTe DSL": "cutlass.cute.nvgpu.cpasync", "tilelang": "tilelang/jit/kernel.py",
     }  # fmt: skip
     assert set(samples) == {name for name, _ in _LIBRARIES}
