@@ -300,7 +300,7 @@ def _app_environment(text: str, f: Finding, d: Diagnosis) -> str | None:
 
 
 _GRAPHS = re.compile(r"(?i)cuda ?graph|cudagraph|graph (?:capture|replay)|capturing")
-_NO_GRAPHS = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}
+_NO_GRAPHS = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph", "llama.cpp": "GGML_CUDA_DISABLE_GRAPHS=1"}
 
 
 def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -310,7 +310,8 @@ def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
         return None
     if d.framework not in ("vllm", "sglang") and not _GRAPHS.search(" ".join([text, *f.context[-6:]])):
         return None
-    flag = _NO_GRAPHS.get(d.framework or "", "vLLM --enforce-eager, SGLang --disable-cuda-graph")
+    key = "llama.cpp" if f.details.get("library") == "llama.cpp/ggml" else d.framework or ""
+    flag = _NO_GRAPHS.get(key, "vLLM --enforce-eager, SGLang --disable-cuda-graph")
     return (
         f"to tell a fault of CUDA-graph capture or replay from the kernel's own, rerun without CUDA graphs: {flag} "
         "(slower; if it then runs, keep it while you report the fault)"

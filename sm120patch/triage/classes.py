@@ -716,23 +716,29 @@ _OTHER_BACKEND: dict[tuple[str, str], str] = {
         "another attention backend (SGLang --attention-backend triton, vLLM --attention-backend TRITON_ATTN, "
         "older vLLM VLLM_ATTENTION_BACKEND=TRITON_ATTN)"
     ),
+    ("attention", "llama.cpp"): "flash attention off (llama.cpp -fa off; Ollama OLLAMA_FLASH_ATTENTION=0)",
 }
 # a backend of any kind, when the log names neither the op nor a flag
 _ANY_BACKEND = {
     "sglang": "--attention-backend / --moe-runner-backend",
     "vllm": "--attention-backend / --moe-backend",
     "": "SGLang --attention-backend / --moe-runner-backend, vLLM --attention-backend / --moe-backend",
+    "llama.cpp": "llama.cpp -fa off for its attention kernels, or a build with this GPU's arch",
 }
 # where the memory headroom is set
 _HEADROOM = {
     "sglang": "--mem-fraction-static 0.8 and a smaller --context-length / --max-running-requests",
     "vllm": "--gpu-memory-utilization 0.8 and a smaller --max-model-len",
     "": "SGLang --mem-fraction-static 0.8, vLLM --gpu-memory-utilization 0.8 and a smaller --max-model-len",
+    "llama.cpp": "a smaller context (-c) or fewer layers on the GPU (-ngl)",
 }
 
 
-def _serving(framework: str | None) -> str:
-    """The key of the tables above: SGLang or vLLM when the log is theirs, else "" (name both)."""
+def _serving(framework: str | None, library: str | None = None) -> str:
+    """The key of the tables above: SGLang or vLLM when the log is theirs, llama.cpp when its kernels failed, else
+    "" (name both servers)."""
+    if library == "llama.cpp/ggml":
+        return "llama.cpp"
     return framework if framework in ("sglang", "vllm") else ""
 
 
@@ -1134,7 +1140,7 @@ def next_step(
     kind when the log names the op but shows no flag set), in the flags of the framework that wrote the log
     (SGLang's or vLLM's; both when the log is neither's)."""
     lib = library or "the library in the traceback"
-    fw = _serving(framework)
+    fw = _serving(framework, library)
     other = _OTHER_BACKEND.get((op or "", fw))
     if cls == "arch-path-unsupported":
         if flag:
@@ -1142,7 +1148,7 @@ def next_step(
         elif other:
             pick = f"relaunch with {other}"
         else:
-            pick = f"relaunch with a backend that has kernels for this GPU ({_ANY_BACKEND[fw]})"
+            pick = f"relaunch with a backend that has kernels for this GPU ({_ANY_BACKEND.get(fw, _ANY_BACKEND[''])})"
         return f"This path in {lib} does not support the GPU: {pick}, or upgrade {lib} to a release with SM12x support."
     if cls == "binary-lacks-arch":
         return (
@@ -1160,7 +1166,7 @@ def next_step(
         pick = f"another {flag[0]} than {flag[1]}" if flag else fallback
         return (
             f"The kernel in {lib} was sized for a GPU with more shared memory (SM90/SM100: 228 KB; SM12x: 99 KB per "
-            f"block): pick {pick}, or upgrade {lib} to a release with configs for this GPU."
+            f"block): try {pick}, or upgrade {lib} to a release with configs for this GPU."
         )
     if cls == "kernel-fault":
         pick = (
@@ -1170,7 +1176,7 @@ def next_step(
         )
         return f"Rerun with CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel in {lib}{pick}; upgrade {lib}."
     if cls == "out-of-memory":
-        return f"Leave more headroom: {_HEADROOM[fw]}; check nvidia-smi for other processes."
+        return f"Leave more headroom: {_HEADROOM.get(fw, _HEADROOM[''])}; check nvidia-smi for other processes."
     if cls == "communication":
         return (
             "Rerun with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; "

@@ -209,3 +209,28 @@ def test_another_compiled_runtime_is_named_for_its_upgrade(frame: str, named: st
     )
     text = _text(log)
     assert named in text and "another compiled runtime" not in text, text
+
+
+def test_llama_cpp_kernels_get_llama_cpp_switches_not_a_servers_flags() -> None:
+    """A llama.cpp attention kernel that needs more shared memory: flash attention off, in llama.cpp's (and
+    Ollama's) words; a fault inside its CUDA graph: GGML_CUDA_DISABLE_GRAPHS. Never SGLang's or vLLM's flags."""
+    smem = (
+        G5090
+        + "ggml_cuda_compute_forward: FLASH_ATTN_EXT failed\n"
+        + "CUDA error: too many resources requested for launch\n"
+        + "  current device: 0, in function ggml_cuda_flash_attn_ext at ggml/src/ggml-cuda/fattn.cu:312\n"
+    )
+    text = _text(smem)
+    assert "-fa off" in text and "--attention-backend" not in text and "TRITON_ATTN" not in text, text
+    # the class-level answer (no catalogue entry names the line) says the same in its next step
+    assert_only = G5090 + "llama.cpp: fattn.cu:88: attention kernel requires 104000 bytes of shared memory\n"
+    (cause,) = _advised(assert_only)
+    assert cause.source == "structure" and "-fa off" in cause.next_step, cause.next_step
+    assert "--attention-backend" not in cause.next_step, cause.next_step
+    graph = (
+        "ggml_backend_cuda_graph_compute: CUDA graph update failed\n"
+        "CUDA error: an illegal memory access was encountered\n"
+        "  current device: 0, in function ggml_backend_cuda_graph_compute at ggml/src/ggml-cuda/ggml-cuda.cu:2771\n"
+    )
+    text = _text(graph)
+    assert "GGML_CUDA_DISABLE_GRAPHS=1" in text and "--enforce-eager" not in text, text
