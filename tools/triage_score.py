@@ -68,6 +68,8 @@ ONE_SHOT_FILES = {
     "held-out-7": ("heldout-l", "heldout-m"),
     "held-out-8": ("heldout-n", "heldout-o"),
     "held-out-9": ("heldout-p", "heldout-q"),
+    # blogs, forums, Q&A, non-English pages (r-u) and three GitHub partitions (v-x), collected 2026-12-04
+    "held-out-10": ("heldout-r", "heldout-s", "heldout-t", "heldout-u", "heldout-v", "heldout-w", "heldout-x"),
 }
 PARTS = ("seed", "dev", "held-out", "held-out-2", *ONE_SHOT_FILES)
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")
@@ -98,7 +100,7 @@ class Case:
     @property
     def part(self) -> str:
         """dev-*.toml: development; heldout-a/-b.toml: held-out 1 and heldout-c.toml: held-out 2 (each scored once,
-        then opened for development); the files in ONE_SHOT_FILES: held-out 3 to 9 (collected blind, scored once,
+        then opened for development); the files in ONE_SHOT_FILES: held-out 3 to 10 (collected blind, scored once,
         then opened); the rest: the seed corpus."""
         if self.source.startswith("dev-"):
             return "dev"

@@ -76,6 +76,17 @@ ISSUE_23_HELDOUT_TARGET = 0.80
 HELDOUT9_FLOOR = 7 / 9  # one-shot: 6/9; opened, in-sample after the tenth round: 7/9, short of the target
 HELDOUT9_FALSE_ALARMS: frozenset[str] = frozenset()  # one-shot: 1 (a host SIGILL); fixed in the tenth round
 HELDOUT9_SILENT: frozenset[str] = frozenset()  # met: none
+# Held-out 10 (heldout-r*..-x*.toml: blogs, forums, Q&A, non-English pages, three GitHub partitions) was collected
+# blind on 2026-12-04 and scored once, 18:44 UTC, on 1806073: 17/21 SM12x right (81.0%), 0 false alarms, 3 silent
+# (docs/crashed.md keeps those figures). The SM12x target is met and asserted; its silent logs are strict xfails
+# (not tuned for: a general change that answers them makes the test say so).
+HELDOUT10_SILENT = frozenset(
+    [
+        "wizdelight-framepack-checkpoint-shards-pagefile",
+        "jishuzhan-vllm-swift-port-in-use",
+        "gpustack-1755-5080-llama-box-archs-lack-120",
+    ]
+)
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
@@ -87,6 +98,7 @@ PART_TARGETS = {
     "held-out-7": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score (1 silent: missed)
     "held-out-8": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score (1 silent: missed)
     "held-out-9": HELDOUT9_FLOOR,  # opened after its one-shot score (6/9, 1 false alarm); 7/9 in-sample
+    "held-out-10": ISSUE_23_HELDOUT_TARGET,  # one shot: 17/21 (81.0%), met
 }
 # A log with no failure in it (the case's own note: a warning in a healthy startup log): exit 0 with
 # "no fatal lines" is diagnose's documented answer for it, and a healthy log with scary warnings must stay
@@ -95,6 +107,7 @@ NO_FAILURE_IN_LOG = frozenset(["discuss-vllm-1603-5090-xformers-not-available-wa
 KNOWN = {
     "held-out-2": (frozenset(), NO_FAILURE_IN_LOG),
     "held-out-9": (HELDOUT9_FALSE_ALARMS, HELDOUT9_SILENT),
+    "held-out-10": (frozenset(), HELDOUT10_SILENT),
 }
 
 
@@ -128,7 +141,8 @@ def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]
     def reason(c: Case) -> str:
         if c.id in NO_FAILURE_IN_LOG:
             return "the log shows no failure (its own note); exit 0 is diagnose's answer for a healthy log"
-        return f"held-out-9, scored once and not tuned for: {what} (docs/crashed.md)"
+        part = "held-out-10" if c.id in HELDOUT10_SILENT else "held-out-9"
+        return f"{part}, scored once and not tuned for: {what} (docs/crashed.md)"
 
     return [
         pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=reason(c))) if c.id in missed else c for c in cases
@@ -136,7 +150,9 @@ def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]
 
 
 @pytest.mark.parametrize(
-    "case", _known(CASES, HELDOUT9_SILENT | NO_FAILURE_IN_LOG, "answered with silence"), ids=lambda c: c.id
+    "case",
+    _known(CASES, HELDOUT9_SILENT | HELDOUT10_SILENT | NO_FAILURE_IN_LOG, "answered with silence"),
+    ids=lambda c: c.id,
 )
 def test_no_fatal_log_is_answered_with_silence(case: Case, outcomes: dict[str, Outcome]) -> None:
     o = outcomes[case.id]
@@ -216,7 +232,7 @@ def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) 
     assert all(PART_TARGETS[p] == ISSUE_23_HELDOUT_TARGET for p in opened)
     assert HELDOUT9_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert not (HELDOUT9_SILENT | HELDOUT9_FALSE_ALARMS) or any(c.part == "held-out-9" for c in CASES)
-    assert set(KNOWN) == {"held-out-2", "held-out-9"} and len(NO_FAILURE_IN_LOG) == 1
+    assert set(KNOWN) == {"held-out-2", "held-out-9", "held-out-10"} and len(NO_FAILURE_IN_LOG) == 1
     # the floor below the target is what the corpus measures now (the cases' own labels, scored), not a
     # number that could sink unnoticed: exactly the measured figure, so a gain must raise it
     pos = [o for o in outcomes.values() if o.case.part == "held-out-9" and o.case.sm12x]
@@ -236,12 +252,13 @@ def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) 
         ("held-out-7", ("heldout-l", "heldout-m")),
         ("held-out-8", ("heldout-n", "heldout-o")),
         ("held-out-9", ("heldout-p", "heldout-q")),
+        ("held-out-10", ("heldout-r", "heldout-s", "heldout-t", "heldout-u", "heldout-v", "heldout-w", "heldout-x")),
     ],
 )
 def test_the_blind_parts_follow_their_files(part: str, files: tuple[str, ...]) -> None:
     """heldout-d*/-e*.toml score as held-out-3, heldout-f*/-g*.toml as held-out-4, heldout-h*/-i*.toml as
     held-out-5, heldout-j*/-k*.toml as held-out-6, heldout-l*/-m*.toml as held-out-7, heldout-n*/-o*.toml as
-    held-out-8, heldout-p*/-q*.toml as held-out-9, and nowhere else; until a
+    held-out-8, heldout-p*/-q*.toml as held-out-9, heldout-r*..-x*.toml as held-out-10, and nowhere else; until a
     part's files exist it is empty (and test_each_part_meets_issue_23_targets skips it, saying why)."""
     mine = [c for c in CASES if c.part == part]
     assert all(c.source.startswith(files) for c in mine)
@@ -275,16 +292,16 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         'sm12x = true\nclass = "binary-lacks-arch"\nsource = "reddit"\ncause = "c"\nfix = "f"\nexpect = []\n'
         "excerpt = 'RuntimeError: CUDA error: no kernel image is available for execution on the device'\n"
     )
-    names = ("dev-x.toml", "heldout-x.toml", "heldout-c.toml", "heldout-d.toml", "heldout-e2.toml", "heldout-f.toml")
+    names = ("dev-x.toml", "heldout-b9.toml", "heldout-c.toml", "heldout-d.toml", "heldout-e2.toml", "heldout-f.toml")
     more = ("heldout-g2.toml", "heldout-h.toml", "heldout-i3.toml", "heldout-j.toml", "heldout-k2.toml")
     more += ("heldout-l.toml", "heldout-m2.toml", "heldout-n.toml", "heldout-o2.toml", "heldout-p.toml")
-    more += ("heldout-q2.toml",)
+    more += ("heldout-q2.toml", "heldout-r.toml", "heldout-x2.toml")
     for name in (*names, *more, "sm12x.toml"):
         (tmp_path / name).write_text(case.replace('id = "x"', f'id = "{name}"').replace("/1", f"/{name}"))
     parts = {c.source: c.part for c in load_corpus(tmp_path)}
     assert parts == {
         "dev-x.toml": "dev",
-        "heldout-x.toml": "held-out",
+        "heldout-b9.toml": "held-out",
         "heldout-c.toml": "held-out-2",
         "heldout-d.toml": "held-out-3",
         "heldout-e2.toml": "held-out-3",
@@ -300,6 +317,8 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         "heldout-o2.toml": "held-out-8",
         "heldout-p.toml": "held-out-9",
         "heldout-q2.toml": "held-out-9",
+        "heldout-r.toml": "held-out-10",
+        "heldout-x2.toml": "held-out-10",
         "sm12x.toml": "seed",
     }
     (tmp_path / "dev-x.toml").write_text(case.replace("binary-lacks-arch", "out-of-memory"))
