@@ -94,8 +94,7 @@ def _resource_knobs(text: str, f: Finding, d: Diagnosis) -> str | None:
 
 
 # descriptive library labels (classes._LIBRARIES) that name no one package to upgrade
-_NOT_A_PACKAGE = re.compile(r"^(?:a |an |another |the |CUDA math|quantization kernels)|\s")
-_FRAMEWORKS = ("vllm", "sglang", "tensorrt_llm")
+_NOT_A_PACKAGE = re.compile(r"^(?:a |an |the |CUDA math|quantization kernels)|\s")
 # library labels whose project is released under another name ("llama.cpp/ggml" would read as a package "llama")
 _RELEASED_AS = {
     "llama.cpp/ggml": "llama.cpp (or the Ollama / LM Studio build that bundles it)",
@@ -300,7 +299,13 @@ def _app_environment(text: str, f: Finding, d: Diagnosis) -> str | None:
 
 
 _GRAPHS = re.compile(r"(?i)cuda ?graph|cudagraph|graph (?:capture|replay)|capturing")
-_NO_GRAPHS = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph", "llama.cpp": "GGML_CUDA_DISABLE_GRAPHS=1"}
+# by classes.serving's key: the server that wrote the log, llama.cpp when its kernels failed, "" for neither
+_NO_GRAPHS = {
+    "vllm": "--enforce-eager",
+    "sglang": "--disable-cuda-graph",
+    "llama.cpp": "GGML_CUDA_DISABLE_GRAPHS=1",
+    "": "vLLM --enforce-eager, SGLang --disable-cuda-graph",
+}
 
 
 def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
@@ -310,8 +315,7 @@ def _graphs(text: str, f: Finding, d: Diagnosis) -> str | None:
         return None
     if d.framework not in ("vllm", "sglang") and not _GRAPHS.search(" ".join([text, *f.context[-6:]])):
         return None
-    key = "llama.cpp" if f.details.get("library") == "llama.cpp/ggml" else d.framework or ""
-    flag = _NO_GRAPHS.get(key, "vLLM --enforce-eager, SGLang --disable-cuda-graph")
+    flag = _NO_GRAPHS[triage_classes.serving(d.framework, f.details.get("library"))]
     return (
         f"to tell a fault of CUDA-graph capture or replay from the kernel's own, rerun without CUDA graphs: {flag} "
         "(slower; if it then runs, keep it while you report the fault)"

@@ -734,9 +734,9 @@ _HEADROOM = {
 }
 
 
-def _serving(framework: str | None, library: str | None = None) -> str:
-    """The key of the tables above: SGLang or vLLM when the log is theirs, llama.cpp when its kernels failed, else
-    "" (name both servers)."""
+def serving(framework: str | None, library: str | None = None) -> str:
+    """The key of the tables above (and of advice.py's run without CUDA graphs): SGLang or vLLM when the log is
+    theirs, llama.cpp when its kernels failed, else "" (name both servers)."""
     if library == "llama.cpp/ggml":
         return "llama.cpp"
     return framework if framework in ("sglang", "vllm") else ""
@@ -1140,7 +1140,7 @@ def next_step(
     kind when the log names the op but shows no flag set), in the flags of the framework that wrote the log
     (SGLang's or vLLM's; both when the log is neither's)."""
     lib = library or "the library in the traceback"
-    fw = _serving(framework, library)
+    fw = serving(framework, library)
     other = _OTHER_BACKEND.get((op or "", fw))
     if cls == "arch-path-unsupported":
         if flag:
@@ -1148,7 +1148,7 @@ def next_step(
         elif other:
             pick = f"relaunch with {other}"
         else:
-            pick = f"relaunch with a backend that has kernels for this GPU ({_ANY_BACKEND.get(fw, _ANY_BACKEND[''])})"
+            pick = f"relaunch with a backend that has kernels for this GPU ({_ANY_BACKEND[fw]})"
         return f"This path in {lib} does not support the GPU: {pick}, or upgrade {lib} to a release with SM12x support."
     if cls == "binary-lacks-arch":
         return (
@@ -1176,7 +1176,7 @@ def next_step(
         )
         return f"Rerun with CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel in {lib}{pick}; upgrade {lib}."
     if cls == "out-of-memory":
-        return f"Leave more headroom: {_HEADROOM.get(fw, _HEADROOM[''])}; check nvidia-smi for other processes."
+        return f"Leave more headroom: {_HEADROOM[fw]}; check nvidia-smi for other processes."
     if cls == "communication":
         return (
             "Rerun with NCCL_DEBUG=INFO; try NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce; "
