@@ -344,6 +344,60 @@ def _math_library(text: str, f: Finding, d: Diagnosis) -> str | None:
     )
 
 
+def _near(text: str, f: Finding, lines: int = 12) -> str:
+    """The finding's text with the log lines just before it (its traceback, the build output that led to it)."""
+    return "\n".join([*f.context[-lines:], text])
+
+
+def _runtime_compiler(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """A module compiled at run time (CuPy, NVRTC, pycuda) with no code for the GPU: the CUDA whose compiler the
+    package finds is older than the GPU, whatever the driver and the installed toolkit say."""
+    if f.cls not in ("binary-lacks-arch", "toolchain-lacks-arch"):
+        return None
+    m = triage_classes.RUNTIME_COMPILE.search(_near(text, f))
+    if m is None:
+        return None
+    return (
+        f"the kernel was compiled at run time ({m.group(0)}) by the NVRTC/nvcc of the CUDA the package finds, which "
+        "does not know this GPU (SM12x needs CUDA >= 12.8, sm_121 12.9): point it at a newer one (CUDA_PATH / "
+        "CUDA_HOME, or pip install -U 'nvidia-cuda-nvrtc-cu12>=12.8'; CuPy: cupy-cuda12x with CUDA 12.8+, or "
+        "cupy-cuda13x), then clear its kernel cache (~/.cupy/kernel_cache)"
+    )
+
+
+_ARCH_TABLE = re.compile(r"CUDA_SELECT_NVCC_ARCH_FLAGS|select_compute_arch|Unknown CUDA Architecture Name")
+
+
+def _cmake_arch_table(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """CMake's FindCUDA arch table (CUDA_SELECT_NVCC_ARCH_FLAGS) in the project's own cmake files: written before
+    two-digit majors, it cannot parse 12.0/12.1, and no toolkit upgrade changes a file the project ships."""
+    if f.cls != "toolchain-lacks-arch" or not _ARCH_TABLE.search(_near(text, f)):
+        return None
+    return (
+        "the arch table that refused it is the project's own CMake script (CUDA_SELECT_NVCC_ARCH_FLAGS, from "
+        "FindCUDA's select_compute_arch.cmake, which predates 12.x), not the CUDA toolkit: build the project's "
+        "latest source (its main/master branch where no release knows 12.x) or a release with a newer cmake/ "
+        "folder, or give the build the arch list explicitly (CMAKE_CUDA_ARCHITECTURES=120 / 121, "
+        'TORCH_CUDA_ARCH_LIST="12.0") so the table is not consulted'
+    )
+
+
+_XLA = re.compile(r"(?i)\btensorflow\b|\bxla\b|\bjaxlib\b|\bjax\b")
+
+
+def _xla_compiler(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """XLA (TensorFlow, JAX) compiles its kernels with the LLVM and PTX version its own build bundles: the build
+    must know Blackwell; a newer CUDA toolkit on PATH does not change what it emits."""
+    if f.cls != "toolchain-lacks-arch" or not _XLA.search(_near(text, f)):
+        return None
+    return (
+        "XLA compiles this GPU's kernels with the LLVM/PTX version bundled in the TensorFlow or jaxlib build, so "
+        "the build itself must know Blackwell (sm_120, PTX ISA 8.7): install a TensorFlow / jaxlib release or "
+        "nightly built with CUDA 12.8+ for Blackwell (jax[cuda12] / jax[cuda13], tf-nightly), or build TensorFlow "
+        "from source with CUDA >= 12.8 and compute capability 12.0 in TF_CUDA_COMPUTE_CAPABILITIES"
+    )
+
+
 Rule = Callable[[str, Finding, Diagnosis], "str | None"]
 RULES: tuple[Rule, ...] = (
     _own_words,
@@ -354,6 +408,9 @@ RULES: tuple[Rule, ...] = (
     _resource_knobs,
     _rebuild,
     _flashinfer_jit,
+    _runtime_compiler,
+    _cmake_arch_table,
+    _xla_compiler,
     _cuda_runtime,
     _socket,
     _app_environment,

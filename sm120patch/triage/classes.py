@@ -55,6 +55,12 @@ ARCH_DISPATCH = re.compile(
     r"gencode|arch=compute_|compute_\{|sm_?\{|get_device_capability|compute_cap|\bcapability\b|"
     r"TORCH_CUDA_ARCH_LIST|\bcuda_arch\w*|\barch\b|\bsm_?(?:ver|version|major|arch)\w*|\bis_sm\d+"
 )
+# a frame or call that compiles GPU code at run time (CuPy's kernel cache, NVRTC, pycuda's SourceModule, jitify):
+# a module it built that has no code for the GPU was built by a compiler that does not know the arch
+RUNTIME_COMPILE = re.compile(
+    r"\b_?compile_with_cache\w*|\bnvrtcCompileProgram\b|\bNVRTC_ERROR\w*|\bSourceModule\b|\bjitify\w*|"
+    r"\bRawModule\b|\bcompile_(?:using_)?nvrtc\b"
+)
 # Per class, the words that show it, most telling classes first (first match wins).
 _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # driver-reported Xids other than the kernel faults (13, 31, 43): hangs, GSP, bus, ECC
@@ -330,6 +336,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:built|compiled) for (?:arch\w* |capabilit\w+ )?[\d.;, ]+(?:only)?$|"
             r"has no (?:compiled |prebuilt )?(?:kernels?|code|cubins?|SASS|binar(?:y|ies)) for|"
             r"\bno device code (?:compatible with|for)\b|"
+            # an app's launcher check that the installed torch/CUDA build cannot run on the device (Forge)
+            r"(?:device|GPU|card) (?:does not|doesn't) support the (?:current|installed) (?:version|build) of|"
             # the remedy half of a build-mismatch message, its first half cut off ("Solution: Install the correct
             # wheel package built for your GPU", "Please reinstall a build compiled for sm_120")
             r"(?i:\b(?:re)?install\b.{0,60}\b(?:wheel|package|build|binar\w+)s?\b.{0,30}\b(?:built|compiled|made) for "

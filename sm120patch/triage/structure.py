@@ -330,6 +330,11 @@ class StructureWatcher:
         if cls == "arch-path-unsupported" and library in BUILD_BOUND:
             # TensorRT builds engines only for the archs its release knows: a refused arch is a release without it
             cls, cue = "binary-lacks-arch", f"{cue} (in {library}, whose release carries the archs it knows)"
+        compiled = triage_classes.RUNTIME_COMPILE.search(around) if cls == "binary-lacks-arch" else None
+        if compiled is not None:
+            # code compiled at run time for this GPU that still has no code for it: the compiler (NVRTC, nvcc) that
+            # built it does not know the arch and built for the newest one it knows
+            cls, cue = "toolchain-lacks-arch", f"{cue} (in a module compiled at run time: {compiled.group(0)})"
         if library in (None, "torch"):  # a package no pattern knows is still where to act (unsloth, a node pack)
             library = ev.package_near(line_no, after=FRAMES_AFTER) or library
         return StructureFinding(
