@@ -70,6 +70,9 @@ ONE_SHOT_FILES = {
     "held-out-9": ("heldout-p", "heldout-q"),
     # blogs, forums, Q&A, non-English pages (r-u) and three GitHub partitions (v-x), collected 2026-12-04
     "held-out-10": ("heldout-r", "heldout-s", "heldout-t", "heldout-u", "heldout-v", "heldout-w", "heldout-x"),
+    # six GitHub partitions (SGLang/FlashInfer, vLLM and other servers, GGML, PyTorch libraries, NVIDIA, apps),
+    # collected 2026-12-04
+    "held-out-11": ("heldout-y",),
 }
 PARTS = ("seed", "dev", "held-out", "held-out-2", *ONE_SHOT_FILES)
 _LEGACY_BLAME = re.compile(r"SM12|sm_12|major 12")

@@ -73,7 +73,7 @@ _SM121 = re.compile(r"(?i)sm_?121|compute_121|\b12\.1\b|GB10|DGX Spark")
 
 def _resource_knobs(text: str, f: Finding, d: Diagnosis) -> str | None:
     """A kernel sized for a GPU with more of a per-block resource: the knobs of its config that size it."""
-    if f.cls != "resource-limit":
+    if f.cls != "resource-limit" or f.details.get("library") == "nccl":  # NCCL's own kernels: its release fits them
         return None
     if _THREADS.search(text) and not _SMEM.search(text):
         return (
@@ -338,9 +338,10 @@ def _math_library(text: str, f: Finding, d: Diagnosis) -> str | None:
     name = {"cublaslt": "cuBLASLt", "cublas": "cuBLAS", "cudnn": "cuDNN"}.get(lib, lib)
     wheel = _MATH_WHEEL.get(lib, f"nvidia-{lib}")
     return (
-        f"the call that failed is {name}'s, whose releases add SM12x kernels: upgrade {name} ({wheel}-cu12, or "
-        f"-cu13 for a CUDA 13 PyTorch; or a newer PyTorch / framework image that brings a newer one), or avoid "
-        f"{name} for that op (another backend or dtype)"
+        f"the call that failed is {name}'s, whose releases add SM12x kernels (CUDA 12.8's are the first for "
+        f"Blackwell): upgrade {name} ({wheel}-cu12 from CUDA 12.8 on, or -cu13 for a CUDA 13 PyTorch; or a cu128+ "
+        f"PyTorch / a framework image on CUDA 12.8+ that brings one), or avoid {name} for that op (another backend "
+        "or dtype)"
     )
 
 

@@ -91,6 +91,8 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"[Tt]he specified (?:module|procedure) could not be found|"
             # the dynamic loader gives up before main (Linux ld.so, macOS dyld): a library the image needs is absent
             r"error while loading shared librar(?:y|ies)|cannot open shared object file|\bLibrary not loaded:|"
+            # the linker cannot find a library another one needs (libcuda.so.1 outside the build container's path)
+            r"\blib[\w+-]+\.so(?:\.\d+)*, needed by \S+, not found|"
             r"[Dd]ynamic link library \(DLL\) initiali[sz]ation|DLL initiali[sz]ation routine failed|"
             r"_cuda_getDeviceCount\(|"
             # the same in other languages: a module, file or library not found
@@ -402,7 +404,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA_ERROR_LAUNCH_FAILED|CUDA_ERROR_(?:MISALIGNED_ADDRESS|LAUNCH_TIMEOUT|ASSERT|HARDWARE_STACK_ERROR|INVALID_PC|"
             r"INVALID_ADDRESS_SPACE|ILLEGAL_INSTRUCTION)\b|cudaError(?:HardwareStackError|InvalidPc)\b|"
             r"[Dd]evice-side assert|\b[Kk]ernel launch (?:failure|failed)\b|"
-            r"\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut-of-range|[Mm]isaligned)|"
+            r"\bXid\b|[Ww]arp (?:[Ii]llegal|[Oo]ut[- ]of[- ]range|[Mm]isaligned)|"
             r"an? (?:unspecified )?launch (?:failure|failed)|cudaErrorAssert|unknown error.{0,20}CUDA|"
             r"Segmentation fault.{0,40}(?:cuda|kernel)|trap instruction|launch timed out|cudaErrorLaunchTimeout|"
             r"on (?:global|shared|local) address space|cudaErrorInvalidAddressSpace|Hardware (?:stack|exception)",
@@ -561,6 +563,8 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nvdiffrast", re.compile(r"\bnvdiffrast\b")),
     ("quack", re.compile(r"\bquack/|\bquack\.")),
     ("CuTe DSL", re.compile(r"\bcutlass\.cute\b|\bcute_dsl\w*|\bcpasync\b|\bcute\.(?:nvgpu|arch|runtime)\b")),
+    # NCCL and its plugins (libnccl-net.so, libnccl-profiler.so): one library to upgrade
+    ("nccl", re.compile(r"\bNCCL\b|\bnccl(?:[A-Z]\w*|_\w+)?\b|\blibnccl[\w.-]*")),
     ("CUDA math libraries", re.compile(r"(?i:\bcu(?:BLAS|BLASLt|DNN|SPARSE|FFT|SOLVER|RAND)\w*)")),
     # other compiled runtimes, each by its own name (the package to upgrade or rebuild)
     ("ctranslate2", re.compile(r"\bctranslate2\b")),
@@ -584,7 +588,7 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("mamba_ssm", re.compile(r"\bmamba_ssm\b|causal_conv1d")),
-    ("onnxruntime", re.compile(r"\bonnxruntime\b")),
+    ("onnxruntime", re.compile(r"\bonnxruntime\w*|\bONNX ?Runtime\b|\bort::")),
     ("jax", re.compile(r"\bjaxlib\b|\bjax\b|\bXLA\b")),
     ("tensorflow", re.compile(r"\btensorflow\b")),
     ("vllm", re.compile(r"\bvllm\b")),
@@ -605,7 +609,8 @@ LIBRARY_WORDS = (
     "_c.", "/_c/", "_cuda", "_kernel", "_ext", "torch.ops.", "mamba_ssm", "causal_conv1d", "ctranslate2", "paddle",
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
     "llama_cpp", "cpasync", "cute_dsl", "cutlass.cute", "cute.nvgpu", "cute.arch", "cute.runtime",
-    "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "jax", "xla",
+    "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "onnx runtime", "onnxrun", "ort::",
+    "nccl", "jax", "xla",
     "tensorflow", "tilelang",
     "vllm", "sglang", "torch",
 )  # fmt: skip

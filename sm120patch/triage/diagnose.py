@@ -484,7 +484,7 @@ class Diagnoser:
         """
         _, quiet = fatal.strip_prefix(line)
         for sig in self.signatures:
-            if quiet and sig.fatal:
+            if quiet and sig.fatal and not sig.any_level:
                 continue
             m = sig.search(line)
             if m:

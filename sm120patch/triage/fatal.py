@@ -23,6 +23,8 @@ _PREFIXES = (
     re.compile(r"^\s*(?P<glog>[EWIF])\d{4} [\d:.]+\s+\d+ [^\]]+\]\s?"),
     re.compile(r"^\s*\d{4}-\d\d-\d\d [\d:.]+: (?P<glog>[EWIF]) (?=\S+:\d+\])\S+\]\s?"),  # TensorFlow/XLA
     re.compile(r"^\s*\[rank\d+\]:\s*"),
+    # NCCL's debug lines ("host:pid:tid [0] NCCL INFO ..."): INFO is chatter; WARN is how NCCL reports its errors
+    re.compile(r"^\s*(?:[\w.-]+:\d+:\d+ )?(?:\[\d+\] )?NCCL (?P<lvl>INFO)\b\s?"),
     re.compile(r"^\s*[\w.-]+-\d+\s+\|\s+"),
     re.compile(r"^\s*[>|\s]*\|\s*\[[\dT:.Z-]+\]\s*"),
     re.compile(r"^E {2,}"),

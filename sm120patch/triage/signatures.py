@@ -45,6 +45,7 @@ _KEYS: dict[str, type] = {
     "advice": dict,
     "class": str,
     "fixed_by": list,
+    "any_level": bool,
 }
 _REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x", "class")
 VERDICTS = ("yes", "maybe", "no")
@@ -90,6 +91,8 @@ class Signature:
     advice: tuple[tuple[str, str], ...] = ()
     cls: str = "other"  # the cause class (triage_classes.CLASSES)
     fixed_by: tuple[str, ...] = ()  # recipes whose gate or kernels this crash is about
+    # an error path whatever level the library logs it at (NCCL prints ncclMaxSharedMem ... at INFO, then fails)
+    any_level: bool = False
 
     def search(self, line: str) -> re.Match[str] | None:
         return self.pattern.search(line)
@@ -218,6 +221,7 @@ def _load_one(path: Path, i: int, raw: Any) -> Signature:
         advice=advice,
         cls=raw["class"],
         fixed_by=tuple(fixed_by),
+        any_level=raw.get("any_level", False),
     )
 
 

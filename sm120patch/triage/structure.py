@@ -21,6 +21,11 @@ from sm120patch.triage.logkind import LogKind
 
 SHOW_CHARS = 400
 FRAMES_AFTER = 4  # C++ backtraces ("at lib::fn_sm120") and sanitizers name the code below the message
+_TRACEBACK_HEAD = re.compile(r"^.{0,80}Traceback \(most recent call last\):?\s*$")
+CUT_OFF_CHECK = (
+    "the log ends inside a traceback, before its exception line, so the cause is not in it: paste the lines "
+    "after the last frame (the traceback's last line names the error)"
+)
 CONTEXT_CUE_LINES = 12  # lines before a bare fatal line searched for the class its words do not show
 CONTEXT_KEPT = 40  # lines before a structural cause kept with it (its traceback), as diagnose keeps them
 # classes a line before a bare exception may show (NCCL INFO chatter and import noise are everywhere)
@@ -250,6 +255,12 @@ class StructureWatcher:
         if pick is None and self._dispatch is not None:
             pick = self._dispatch
         last = self._bare or self.evidence.last_frame
+        frame = self.evidence.last_frame
+        # the log ends inside a traceback: no exception line after its frames (a paste cut short, a log cut off)
+        cut_off = self._bare is None or bool(
+            _TRACEBACK_HEAD.match(fatal.strip_prefix(self._bare[1])[0]) and frame and frame[0] > self._bare[0]
+        )
+        from_last = pick is None and last is not None
         if pick is None and last is not None:
             line_no, line = last
             archs = self.evidence.archs_near(line_no, window=12, after=FRAMES_AFTER)
@@ -284,7 +295,12 @@ class StructureWatcher:
                 gpu = "an SM12x GPU" if kind.gpu == "sm12x" else "a GPU the log does not name"
                 died = (fatal_class := fatal.classify(line)) is not None and fatal_class.id == "process-died"
                 # a process that died with no error text: nothing says a check failed, only where the log points
-                cue = f"the process died; the log points at {lib}" if died else f"a check in {lib} failed"
+                if died:
+                    cue = f"the process died; the log points at {lib}"
+                elif cut_off:
+                    cue = f"a traceback that ends in {lib} without its exception line"
+                else:
+                    cue = f"a check in {lib} failed"
                 cue += f" on {gpu}"
             pick = self._finding(cls, cue, line_no, line, context, thin=True)
             if self._bare is None:
@@ -293,6 +309,9 @@ class StructureWatcher:
             return None
         pick = self._kernel_below(pick)
         verdict, check, notes = self._verdict(pick, kind)
+        if from_last and cut_off and verdict == "no" and kind.gpu != "other":
+            # nothing in the log says what failed: it cannot say the architecture did not
+            verdict, check = "maybe", CUT_OFF_CHECK
         return Answer(pick, verdict, check, notes)
 
     def _kernel_below(self, pick: StructureFinding) -> StructureFinding:

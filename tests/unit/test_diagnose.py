@@ -60,6 +60,8 @@ REAL_LINES = {
     "cuda-out-of-memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 648.00 MiB. GPU 0 has a total capacity of 47.53 GiB of which 176.88 MiB is free.",
     # https://github.com/sgl-project/sglang/issues/3460
     "nccl-error": "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    # https://github.com/tinygrad/open-gpu-kernel-modules/issues/29 (NCCL 2.25.1 logs it at INFO, then fails)
+    "nccl-shared-memory-exceeds": "test:259034:259124 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856",
     # https://github.com/sgl-project/sglang/issues/13061
     "sglang-gpt-oss-mxfp4-sm100-detect": "[2025-11-11 15:55:06] WARNING server_args.py:949: Detected SM100 and MXFP4 quantization format for GPT-OSS model, enabling FlashInfer MXFP4 MOE kernel.",
     # https://github.com/sgl-project/sglang/issues/13061
