@@ -255,14 +255,15 @@ class StructureWatcher:
         if pick is None and self._dispatch is not None:
             pick = self._dispatch
         last = self._bare or self.evidence.last_frame
-        frame = self.evidence.last_frame
-        # the log ends inside a traceback: no exception line after its frames (a paste cut short, a log cut off)
-        cut_off = self._bare is None or bool(
-            _TRACEBACK_HEAD.match(fatal.strip_prefix(self._bare[1])[0]) and frame and frame[0] > self._bare[0]
-        )
         from_last = pick is None and last is not None
-        if pick is None and last is not None:
+        cut_off = False
+        if from_last:
             line_no, line = last
+            frame = self.evidence.last_frame
+            # the log ends inside a traceback: no exception line after its frames (a paste or a log cut short)
+            cut_off = self._bare is None or bool(
+                _TRACEBACK_HEAD.match(fatal.strip_prefix(line)[0]) and frame and frame[0] > line_no
+            )
             archs = self.evidence.archs_near(line_no, window=12, after=FRAMES_AFTER)
             lib = triage_classes.library_in(line) or self.evidence.library_near(line_no, after=FRAMES_AFTER)
             # a kernel library's own check failed, on an SM12x GPU or one the log does not show: on SM12x most
