@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sm120patch.catalogue.recipes import Recipe
 from sm120patch.triage import classes as triage_classes
-from sm120patch.triage import fixes
+from sm120patch.triage import fixes, versions
 from sm120patch.triage.choices import add_alternatives
 from sm120patch.triage.classes import SM12X_CLASSES
 from sm120patch.triage.diagnose import Diagnosis, Finding
@@ -131,7 +131,7 @@ def _rebuild(text: str, f: Finding, d: Diagnosis) -> str | None:
     """A binary without this GPU's arch: a build from source needs the arch in its list (CMake or torch)."""
     if f.cls != "binary-lacks-arch":
         return None
-    spark = bool(_SM121.search(text) or _SM121.search(str((d.gpu.get("sm12x_evidence") or {}).get("line", ""))))
+    spark = _spark(text, d)
     arch, dotted, cuda = ("121", "12.1", "12.9") if spark else ("120", "12.0", "12.8")
     return (
         f"built from source (or a wheel built elsewhere)? rebuild with this GPU's arch in the build's list, with "
@@ -399,6 +399,31 @@ def _xla_compiler(text: str, f: Finding, d: Diagnosis) -> str | None:
     )
 
 
+_NAMES_PYTORCH = re.compile(r"\bPyTorch\b|\btorch\.cuda\b")
+
+
+def _spark(text: str, d: Diagnosis) -> bool:
+    """The log shows a DGX Spark (sm_121, GB10), in the finding's text or the GPU evidence of the whole log."""
+    return bool(_SM121.search(text) or _SM121.search(str((d.gpu.get("sm12x_evidence") or {}).get("line", ""))))
+
+
+def _first_release(text: str, f: Finding, d: Diagnosis) -> str | None:
+    """A library without this GPU's code in the installed build: the first release that has it (a row of
+    patches/fixed_versions.toml, each with its source), by the names the finding shows for the library."""
+    if f.sm12x == "no":  # the log shows another GPU: a release with SM12x code is not its fix
+        return None
+    names = [f.details.get("library", ""), owner_of(f) or ""]
+    if _NAMES_PYTORCH.search(f.line):
+        names.append("torch")
+    math = _MATH.search(text)  # cuDNN's and cuBLAS's own status words name them
+    if math is not None:
+        names.append((math.group("lib") or math.group(0).split("_")[0]).lower())
+    rows = versions.library_rows(names, f.cls, _spark(text, d), versions.default_table())
+    if not rows:
+        return None
+    return "; ".join(r.note() for r in rows)
+
+
 Rule = Callable[[str, Finding, Diagnosis], "str | None"]
 RULES: tuple[Rule, ...] = (
     _own_words,
@@ -417,6 +442,7 @@ RULES: tuple[Rule, ...] = (
     _app_environment,
     _graphs,
     _math_library,
+    _first_release,
     _upgrade,
 )
 

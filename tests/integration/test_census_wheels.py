@@ -2,7 +2,7 @@
 
 Wheels are fetched once with `pip download --platform` into the shared cache
 (~/.cache/sm120patch/pypi) and their CUDA files (plus dist-info) unpacked once into
-trees/census-<wheel>/, marked complete only when whole; a run finds them there.
+trees/census-<wheel>/ (tools/wheels.py), marked complete only when whole; a run finds them there.
 
 Oracles (not our reader):
 - torchvision 0.24.0, manylinux_2_28_x86_64 (PyPI's build is CUDA 12.8): PyTorch builds
@@ -26,69 +26,28 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from sm120patch import census
 from sm120patch.arch import Arch
-from sm120patch.census import render, scan
+from sm120patch.census import render
 from sm120patch.engine.preflight import census_fails
 from tests.conftest import fetch_or_skip, needs_tool, pristine_or_skip, unavailable
 from tests.unit.test_census_nvcc import build_fatbins
-from tools.releases import cache_dir
+from tools import wheels
 
 pytestmark = pytest.mark.releases
 SM120, SM121 = Arch(12, 0), Arch(12, 1)
 
 
-def _wheel(dist: str, version: str, platform: str) -> Path:
-    dl = cache_dir() / "pypi"
-    dl.mkdir(parents=True, exist_ok=True)
-    stem = dist.replace("-", "_")
-    hits = sorted(dl.glob(f"{stem}-{version}-*{platform.split('_', 1)[1]}.whl"))
-    if hits:
-        return hits[0]
-    with tempfile.TemporaryDirectory(dir=dl, prefix=".download.") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
-        cmd += ["--platform", platform, "--python-version", "3.11", "-d", tmp, f"{dist}=={version}"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        got = sorted(Path(tmp).glob("*.whl"))
-        if r.returncode != 0 or not got:
-            unavailable(f"could not download {dist}=={version} for {platform}: {r.stderr.strip()[-300:]}")
-        os.replace(got[0], dl / got[0].name)
-        return dl / got[0].name
-
-
 def _site(dist: str, version: str, platform: str, keep_wheel: bool = True, python: bool = False) -> Path:
-    """A site-packages holding the wheel's CUDA files and its dist-info (unpacked once); with `python`, its .py
-    files too (how the package loads its modules is read from them: census/loading.py)."""
-    dest = cache_dir() / "trees" / f"census-{dist}-{version}-{platform}{'-py' if python else ''}"
-    if (dest / ".complete").exists():
-        return dest
-    whl = _wheel(dist, version, platform)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    """tools/wheels.py's unpacked tree of the wheel; a failed download is `unavailable` (a failure in CI)."""
     try:
-        with zipfile.ZipFile(whl) as z:
-            for m in z.infolist():
-                if ".dist-info/" in m.filename or scan.CANDIDATE.search(m.filename) or (
-                    python and m.filename.endswith(".py")
-                ):
-                    z.extract(m, tmp)
-        (tmp / ".complete").touch()
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not (dest / ".complete").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not keep_wheel:
-        whl.unlink(missing_ok=True)  # the unpacked tree is the cache; 373 MB less on disk
-    return dest
+        return wheels.census_site(dist, version, platform, keep_wheel=keep_wheel, python=python)
+    except RuntimeError as e:
+        unavailable(str(e))
 
 
 def _row(report: dict, name: str) -> dict:

@@ -30,9 +30,11 @@ RAW = {p.stem: tomllib.loads(p.read_text(encoding="utf-8"))["case"] for p in sor
 # the advice was never developed against (one shot: 15/32 and 10/16; the class figures are in-sample).
 # Then opened: four sourced workarounds rows (patches/workarounds.toml) made them 16/32 and 12/16, in-sample;
 # advice that reads the lines below a fault (the library, flag and op there; graphs, math wheels, app
-# environments) made them 19/32 and 14/16, in-sample
+# environments) made them 19/32 and 14/16, in-sample; the first releases with SM12x code per library
+# (patches/fixed_versions.toml, each row held to the real wheels) made held-out 1 21/32 (PaddlePaddle's cu129 build)
+# and held-out 11 3/9 (ONNX Runtime's versions)
 FLOOR = {
-    "held-out": (48, 16, 43, 20),
+    "held-out": (48, 16, 43, 21),
     "held-out-2": (48, 32, 47, 14),
     "held-out-3": (50, 27, 45, 17),
     "held-out-4": (48, 26, 46, 18),
@@ -48,7 +50,7 @@ FLOOR = {
     # collected blind 2026-12-04 (six GitHub partitions) with its truth, scored once on 582135a: class right 4/15
     # (2/9 of the known), fix useful 0/9. Then opened (NCCL's shared-memory line, NCCL INFO as chatter, ...):
     # 7/15 and 2/9, in-sample
-    "held-out-11": (15, 6, 7, 2),
+    "held-out-11": (15, 6, 7, 3),
 }
 CLASS_TARGET, FIX_TARGET = 0.90, 0.70
 
