@@ -100,6 +100,12 @@ HELDOUT11_SILENT = frozenset(
         "isaacsim-517-crash-after-driver-update-595",
     ]
 )
+# Held-out 12 (heldout-z*.toml): seven partitions collected blind on 2026-12-06 under a contract that wants the
+# error line in every excerpt, scored once, 05:03 UTC, on 718bfd6: 9/12 SM12x right (75.0%), 37/46 others right,
+# 0 false alarms, 1 silent (docs/crashed.md keeps those figures). The floor is the measured share; its silent log
+# is a strict xfail.
+HELDOUT12_FLOOR = 9 / 12
+HELDOUT12_SILENT = frozenset(["pyvideotrans-293-error-803-driver-combination"])
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
@@ -113,6 +119,7 @@ PART_TARGETS = {
     "held-out-9": HELDOUT9_FLOOR,  # opened after its one-shot score (6/9, 1 false alarm); 7/9 in-sample
     "held-out-10": ISSUE_23_HELDOUT_TARGET,  # one shot: 17/21 (81.0%), met; opened: 19/21
     "held-out-11": HELDOUT11_FLOOR,  # one shot: 4/15 (26.7%), missed; opened: 7/15
+    "held-out-12": HELDOUT12_FLOOR,  # one shot: 9/12 (75.0%), short of the 80% target
 }
 # A log with no failure in it (the case's own note: a warning in a healthy startup log): exit 0 with
 # "no fatal lines" is diagnose's documented answer for it, and a healthy log with scary warnings must stay
@@ -123,6 +130,7 @@ KNOWN = {
     "held-out-9": (HELDOUT9_FALSE_ALARMS, HELDOUT9_SILENT),
     "held-out-10": (frozenset(), HELDOUT10_SILENT),
     "held-out-11": (frozenset(), HELDOUT11_SILENT),
+    "held-out-12": (frozenset(), HELDOUT12_SILENT),
 }
 
 
@@ -157,7 +165,13 @@ def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]
         if c.id in NO_FAILURE_IN_LOG:
             return "the log shows no failure (its own note); exit 0 is diagnose's answer for a healthy log"
         part = (
-            "held-out-11" if c.id in HELDOUT11_SILENT else "held-out-10" if c.id in HELDOUT10_SILENT else "held-out-9"
+            "held-out-12"
+            if c.id in HELDOUT12_SILENT
+            else "held-out-11"
+            if c.id in HELDOUT11_SILENT
+            else "held-out-10"
+            if c.id in HELDOUT10_SILENT
+            else "held-out-9"
         )
         return f"{part}, scored once and not tuned for: {what} (docs/crashed.md)"
 
@@ -168,7 +182,11 @@ def _known(cases: list[Case], missed: frozenset[str], what: str) -> list[object]
 
 @pytest.mark.parametrize(
     "case",
-    _known(CASES, HELDOUT9_SILENT | HELDOUT10_SILENT | HELDOUT11_SILENT | NO_FAILURE_IN_LOG, "answered with silence"),
+    _known(
+        CASES,
+        HELDOUT9_SILENT | HELDOUT10_SILENT | HELDOUT11_SILENT | HELDOUT12_SILENT | NO_FAILURE_IN_LOG,
+        "answered with silence",
+    ),
     ids=lambda c: c.id,
 )
 def test_no_fatal_log_is_answered_with_silence(case: Case, outcomes: dict[str, Outcome]) -> None:
@@ -249,11 +267,17 @@ def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) 
     assert all(PART_TARGETS[p] == ISSUE_23_HELDOUT_TARGET for p in opened)
     assert HELDOUT9_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert not (HELDOUT9_SILENT | HELDOUT9_FALSE_ALARMS) or any(c.part == "held-out-9" for c in CASES)
-    assert set(KNOWN) == {"held-out-2", "held-out-9", "held-out-10", "held-out-11"} and len(NO_FAILURE_IN_LOG) == 1
+    assert set(KNOWN) == {"held-out-2", "held-out-9", "held-out-10", "held-out-11", "held-out-12"}
+    assert len(NO_FAILURE_IN_LOG) == 1
     pos11 = [o for o in outcomes.values() if o.case.part == "held-out-11" and o.case.sm12x]
     assert HELDOUT11_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert pos11 and abs(sum(o.sm12x_right for o in pos11) / len(pos11) - HELDOUT11_FLOOR) < 1e-9, (
         f"held-out-11 measures {sum(o.sm12x_right for o in pos11)}/{len(pos11)}; its floor says {HELDOUT11_FLOOR:.3f}"
+    )
+    pos12 = [o for o in outcomes.values() if o.case.part == "held-out-12" and o.case.sm12x]
+    assert HELDOUT12_FLOOR <= ISSUE_23_HELDOUT_TARGET
+    assert pos12 and abs(sum(o.sm12x_right for o in pos12) / len(pos12) - HELDOUT12_FLOOR) < 1e-9, (
+        f"held-out-12 measures {sum(o.sm12x_right for o in pos12)}/{len(pos12)}; its floor says {HELDOUT12_FLOOR:.3f}"
     )
     # the floor below the target is what the corpus measures now (the cases' own labels, scored), not a
     # number that could sink unnoticed: exactly the measured figure, so a gain must raise it
@@ -276,13 +300,14 @@ def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) 
         ("held-out-9", ("heldout-p", "heldout-q")),
         ("held-out-10", ("heldout-r", "heldout-s", "heldout-t", "heldout-u", "heldout-v", "heldout-w", "heldout-x")),
         ("held-out-11", ("heldout-y",)),
+        ("held-out-12", ("heldout-z",)),
     ],
 )
 def test_the_blind_parts_follow_their_files(part: str, files: tuple[str, ...]) -> None:
     """heldout-d*/-e*.toml score as held-out-3, heldout-f*/-g*.toml as held-out-4, heldout-h*/-i*.toml as
     held-out-5, heldout-j*/-k*.toml as held-out-6, heldout-l*/-m*.toml as held-out-7, heldout-n*/-o*.toml as
     held-out-8, heldout-p*/-q*.toml as held-out-9, heldout-r*..-x*.toml as held-out-10, heldout-y*.toml as held-out-11,
-    and nowhere else; until a
+    heldout-z*.toml as held-out-12, and nowhere else; until a
     part's files exist it is empty (and test_each_part_meets_issue_23_targets skips it, saying why)."""
     mine = [c for c in CASES if c.part == part]
     assert all(c.source.startswith(files) for c in mine)
@@ -319,7 +344,7 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
     names = ("dev-x.toml", "heldout-b9.toml", "heldout-c.toml", "heldout-d.toml", "heldout-e2.toml", "heldout-f.toml")
     more = ("heldout-g2.toml", "heldout-h.toml", "heldout-i3.toml", "heldout-j.toml", "heldout-k2.toml")
     more += ("heldout-l.toml", "heldout-m2.toml", "heldout-n.toml", "heldout-o2.toml", "heldout-p.toml")
-    more += ("heldout-q2.toml", "heldout-r.toml", "heldout-x2.toml", "heldout-y3.toml")
+    more += ("heldout-q2.toml", "heldout-r.toml", "heldout-x2.toml", "heldout-y3.toml", "heldout-z4.toml")
     for name in (*names, *more, "sm12x.toml"):
         (tmp_path / name).write_text(case.replace('id = "x"', f'id = "{name}"').replace("/1", f"/{name}"))
     parts = {c.source: c.part for c in load_corpus(tmp_path)}
@@ -344,6 +369,7 @@ def test_parts_follow_the_file_names(tmp_path: Path) -> None:
         "heldout-r.toml": "held-out-10",
         "heldout-x2.toml": "held-out-10",
         "heldout-y3.toml": "held-out-11",
+        "heldout-z4.toml": "held-out-12",
         "sm12x.toml": "seed",
     }
     (tmp_path / "dev-x.toml").write_text(case.replace("binary-lacks-arch", "out-of-memory"))
