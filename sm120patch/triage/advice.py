@@ -184,6 +184,13 @@ def _build_script(text: str, f: Finding, d: Diagnosis) -> str | None:
     setup = next(((p, n) for p, n in reversed(frames(f)) if _SETUP.search(p)), None)
     if setup is not None:
         where = f"{setup[0]}, line {setup[1]}" if setup[1] else setup[0]
+        if f.cls == "toolchain-lacks-arch":  # the script knows the GPU; the CUDA it found is too old for it
+            return (
+                f"the failure is in the package's build script ({where}), which checks the CUDA toolkit it builds "
+                "with: the one it found is too old for this GPU. Build with CUDA_HOME pointing at CUDA >= 12.8 "
+                "(12.9+ for DGX Spark's sm_121) and that toolkit's nvcc first on PATH, matching your PyTorch's CUDA "
+                "(python -c 'import torch; print(torch.version.cuda)')"
+            )
         return (
             f"the failure is in the package's build script ({where}), in code that picks compiler flags by the GPU's "
             "capability: it has no case for this GPU (12.0 on RTX 50 / RTX PRO, 12.1 on DGX Spark). Add one (12.1 "

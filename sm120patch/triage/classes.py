@@ -95,6 +95,10 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\blib[\w+-]+\.so(?:\.\d+)*, needed by \S+, not found|"
             r"[Dd]ynamic link library \(DLL\) initiali[sz]ation|DLL initiali[sz]ation routine failed|"
             r"_cuda_getDeviceCount\(|"
+            # Windows' loader refusing a DLL by code (126: a DLL it depends on is missing), ONNX Runtime's own words for
+            # a CUDA provider whose CUDA/cuDNN DLLs it could not load; a Vulkan loader that finds no usable driver
+            r"\bLoadLibrary(?:Ex)?[AW]? failed with error \d+|CUDA wasn't able to be loaded|"
+            r"\bvkCreateInstance failed\b|VK_ERROR_INCOMPATIBLE_DRIVER|"
             # the same in other languages: a module, file or library not found
             r"找不到指定的模块|找不到(?:模块|文件|库)|未找到(?:模块|文件|库)|指定されたモジュールが見つかりません|"
             r"지정된 모듈을 찾을 수 없습니다|"
@@ -113,7 +117,11 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"unsupported display driver / cuda driver combination|Insufficient nvidia\.com/gpu|"
             # packages built against another torch/CUDA than the one installed
             r"operator \S+::\S+ does not exist|compiled with different CUDA (?:major )?versions|"
-            r"mismatches the version that was used to compile"
+            r"mismatches the version that was used to compile|"
+            # a package too old for the code that calls it, in its own words; a library type without an attribute
+            # its caller expects (an API a newer or older release removed: 'torch._C....ProcessGroup' ... 'options')
+            r"\bis not new enough\b|\bnot new enough version\b|"
+            r"^AttributeError: '[A-Za-z_]\w*(?:\.\w+)+' object has no attribute '\w+'"
         ),
     ),
     # Windows: the paging file (virtual memory) is too small to map the weights or the CUDA libraries
@@ -170,7 +178,14 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "toolchain-lacks-arch",
         re.compile(
             r"(?:GPU|[Cc]apabilit\w*|\barch\w*|device)\b.{0,80}\bnot (?:fully |yet )?supported by "
-            r"(?:the )?(?:CUDA|NVCC|nvcc|ptxas|[Tt]oolkit|CUDA [Tt]oolkit)\b ?v?\d"
+            r"(?:the )?(?:CUDA|NVCC|nvcc|ptxas|[Tt]oolkit|CUDA [Tt]oolkit)\b ?v?\d|"
+            # a build that says which CUDA the GPU's arch needs ("CUDA 12.8 or higher is required for compute
+            # capability 12.0", "sm_120 requires CUDA >= 12.8"): the toolkit it found is older
+            r"(?i:\bCUDA(?: toolkit)?(?: version)? ?(?:>= ?)?\d{2}\.\d\+?(?: or (?:higher|newer|later|above))? "
+            r"(?:is |are )?(?:required|needed) (?:for|by|to (?:build|compile) for) (?:the )?(?:GPU|device|"
+            r"(?:compute )?capabilit\w*|arch\w*|sm_?\d|compute_\d|\d{2}\.\d)|"
+            r"(?:capabilit\w* \d{1,2}\.\d|sm_?\d{2,3}[af]?|compute_\d{2,3}[af]?) (?:requires|needs) CUDA(?: toolkit)? "
+            r"?(?:>= ?)?\d{2}\.\d)"
         ),
     ),
     # a failing line that says which capabilities (or archs) a path requires: the path is written for those (a
@@ -783,7 +798,7 @@ class StructureFinding:
 
     def meaning(self) -> str:
         where = f" in {self.library}" if self.library else ""
-        archs = [a for a in self.archs if not a.upper().startswith(("SM12", "SM_12"))]
+        archs = [a for a in self.archs if not a.upper().startswith(("SM12", "SM_12", "CAPABILITY 12", "COMPUTE_12"))]
         if self.cls == "arch-path-unsupported" and archs:
             text = f"A path{where} written for {'/'.join(archs)} only was reached on a GPU it does not support"
         else:

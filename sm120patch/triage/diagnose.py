@@ -683,7 +683,7 @@ class Diagnoser:
             return Finding(
                 source="catalogue",
                 signature=sig.id,
-                fatal=sig.fatal,
+                fatal=sig.fatal_for(details),
                 meaning=_fill(sig.meaning, details),
                 next_step=_fill(sig.next_step, details),
                 line_no=self.lines_read,

@@ -621,7 +621,8 @@ def unglue(body: str) -> str:
 
 
 # Failures that runtimes log at warning level (or with no level): an op that failed with an absl/gRPC status code
-# (TensorFlow's "W ... OP_REQUIRES failed at x.cc:N : INTERNAL: ..."), a component a module needs that was not found.
+# (TensorFlow's "W ... OP_REQUIRES failed at x.cc:N : INTERNAL: ..."), a component a module needs that was not found,
+# CUDA that did not start under PyTorch (its "CUDA initialization: ..." UserWarning, then a run without the GPU).
 # A retry or a fallback on the same line stays a warning.
 ABSL_CODES = (
     "INTERNAL",
@@ -640,7 +641,15 @@ ABSL_CODES = (
     "UNKNOWN",
 )
 _WARNED_FAILURE = _Gated(
-    ["op_requires", "required by", "failed with", "intercepted", "available", *(c.lower() + ":" for c in ABSL_CODES)],
+    [
+        "op_requires",
+        "required by",
+        "failed with",
+        "intercepted",
+        "available",
+        "cuda initialization:",
+        *(c.lower() + ":" for c in ABSL_CODES),
+    ],
     re.compile(
         r"^(?!.*(?i:\bretry(?:ing)?\b|\bretries\b|\bwill (?:retry|fall back|use)\b|\bfall(?:s|ing) ?back\b|"
         r"\busing [^.;]{1,60} instead\b|\busing (?:the )?defaults?\b|\bskipping\b|\bignoring\b)).*?(?:"
@@ -650,6 +659,9 @@ _WARNED_FAILURE = _Gated(
         # a component the runtime needs is not there at all ("No PTX compilation provider is available")
         r"\bNo [\w ]{0,30}provider (?:is )?available\b|\b[Nn]either \S+ nor \S+ (?:is|are) available\b|"
         r"\bOP_REQUIRES failed at\b|"
+        # PyTorch's warning that CUDA did not start (a driver mismatch, no driver): the run goes on without the GPU
+        r"\bCUDA initialization: (?:Unexpected error from cudaGetDeviceCount|.{0,200}\bError \d{2,3}: |"
+        r"(?:Found no NVIDIA driver|The NVIDIA driver on your system is too old))|"
         r"(?i:\b(?:is|are) required by\b.{0,100}\bbut (?:was|were|is|are|could) not (?:be )?found\b)|"
         r"(?:^|[\s:(\[=])(?:" + "|".join(ABSL_CODES) + r"): \S)"
     ),

@@ -8,7 +8,8 @@ Each signature also says how sure it is that the cause is SM12x (`sm12x`): "yes"
 when the text itself names SM12x; "maybe" when the same text appears on other GPUs
 (then `check` says how to tell); "no" for causes that are not about the architecture.
 A captured architecture (`arch_group`) or a known value (`by_value`, e.g. a shared-memory
-limit) can settle it per match, and `advice` gives the fix in each framework's own flags.
+limit) can settle it per match (a known value can also say the line is then only a warning,
+`fatal = false`), and `advice` gives the fix in each framework's own flags.
 Each also names its cause class (`class`, one of triage_classes.CLASSES), so a named cause
 and a structural one are scored and reported alike.
 """
@@ -49,7 +50,7 @@ _KEYS: dict[str, type] = {
 }
 _REQUIRED = ("id", "fatal", "meaning", "next_step", "sources", "sm12x", "class")
 VERDICTS = ("yes", "maybe", "no")
-_VALUE_KEYS: dict[str, type] = {"sm12x": str, "means": str}
+_VALUE_KEYS: dict[str, type] = {"sm12x": str, "means": str, "fatal": bool}
 ANY_VALUE = "*"
 _ARCH_DIGITS = re.compile(r"(\d+)(?:\.(\d))?")
 
@@ -71,6 +72,9 @@ class ValueFact:
 
     means: str
     sm12x: str | None = None
+    # False: with this value the line is a warning, not the failure (a 12.1 GPU warned against a PyTorch built up
+    # to 12.0 runs its sm_120 code): the error that stopped the run, if any, is answered on its own
+    fatal: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,17 @@ class Signature:
                 table = dict(facts)
                 return table.get(details[group], table.get(ANY_VALUE))
         return None
+
+    def fatal_for(self, details: dict[str, str]) -> bool:
+        """Whether this match is a failure: the signature's `fatal`, unless a known value it captured says the
+        line is only a warning (by_value's `fatal = false`)."""
+        for group, facts in self.by_value:
+            if group in details:
+                table = dict(facts)
+                fact = table.get(details[group], table.get(ANY_VALUE))
+                if fact is not None and fact.fatal is not None:
+                    return fact.fatal
+        return self.fatal
 
     def pinned(self, details: dict[str, str]) -> bool:
         """The architecture captured is itself a known value with a verdict: the GPU the log shows must not
@@ -250,7 +265,7 @@ def _by_value(
             if not fact.get("means", "").strip():
                 raise fail(path, f"{vkey}.means", "missing", "say what the value means and which GPUs have it")
             verdict = _verdict(path, f"{vkey}.sm12x", fact["sm12x"]) if "sm12x" in fact else None
-            facts.append((value, ValueFact(" ".join(fact["means"].split()), verdict)))
+            facts.append((value, ValueFact(" ".join(fact["means"].split()), verdict, fact.get("fatal"))))
         out.append((group, tuple(facts)))
     return tuple(out)
 

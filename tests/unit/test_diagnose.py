@@ -62,6 +62,8 @@ REAL_LINES = {
     "nccl-error": "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
     # https://github.com/tinygrad/open-gpu-kernel-modules/issues/29 (NCCL 2.25.1 logs it at INFO, then fails)
     "nccl-shared-memory-exceeds": "test:259034:259124 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856",
+    # https://github.com/yhlleo/DeepSegmentor/issues/31
+    "cuda-driver-mismatch": "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / cuda driver combination",
     # https://github.com/sgl-project/sglang/issues/13061
     "sglang-gpt-oss-mxfp4-sm100-detect": "[2025-11-11 15:55:06] WARNING server_args.py:949: Detected SM100 and MXFP4 quantization format for GPT-OSS model, enabling FlashInfer MXFP4 MOE kernel.",
     # https://github.com/sgl-project/sglang/issues/13061

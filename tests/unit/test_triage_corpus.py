@@ -104,8 +104,10 @@ HELDOUT11_SILENT = frozenset(
 # error line in every excerpt, scored once, 05:03 UTC, on 718bfd6: 9/12 SM12x right (75.0%), 37/46 others right,
 # 0 false alarms, 1 silent (docs/crashed.md keeps those figures). The floor is the measured share; its silent log
 # is a strict xfail.
-HELDOUT12_FLOOR = 9 / 12
-HELDOUT12_SILENT = frozenset(["pyvideotrans-293-error-803-driver-combination"])
+# Opened after that (a 12.1 GPU past a 12.0 PyTorch build is a warning; a build naming the CUDA a capability needs;
+# CUDA that did not start under PyTorch, error 803): 11/12 in-sample, its silent log answered.
+HELDOUT12_FLOOR = 11 / 12
+HELDOUT12_SILENT: frozenset[str] = frozenset()
 PART_TARGETS = {
     "dev": 0.90,
     "held-out": ISSUE_23_HELDOUT_TARGET,  # opened for development after its one-shot score
@@ -119,12 +121,22 @@ PART_TARGETS = {
     "held-out-9": HELDOUT9_FLOOR,  # opened after its one-shot score (6/9, 1 false alarm); 7/9 in-sample
     "held-out-10": ISSUE_23_HELDOUT_TARGET,  # one shot: 17/21 (81.0%), met; opened: 19/21
     "held-out-11": HELDOUT11_FLOOR,  # one shot: 4/15 (26.7%), missed; opened: 7/15
-    "held-out-12": HELDOUT12_FLOOR,  # one shot: 9/12 (75.0%), short of the 80% target
+    "held-out-12": ISSUE_23_HELDOUT_TARGET,  # one shot: 9/12 (75.0%), short of the 80% target; opened: 11/12
 }
 # A log with no failure in it (the case's own note: a warning in a healthy startup log): exit 0 with
 # "no fatal lines" is diagnose's documented answer for it, and a healthy log with scary warnings must stay
 # exit 0 (test_diagnose_classes.py), so it stays "silent" by the corpus's count. Not a one-shot miss.
-NO_FAILURE_IN_LOG = frozenset(["discuss-vllm-1603-5090-xformers-not-available-warning"])
+# unsloth-3898 (dev, note "A warning and fallback, not a crash.") and pytorch-172629 (held-out 1, "A warning, not a
+# crash"): their only CUDA line is PyTorch's warning that a 12.1 GPU is past its build's 12.0, which its sm_120 code
+# runs; since that value is a warning (signatures.toml's by_value fatal = false), neither log shows a failure, and
+# exit 0 with the warning explained is the answer.
+NO_FAILURE_IN_LOG = frozenset(
+    [
+        "discuss-vllm-1603-5090-xformers-not-available-warning",
+        "unsloth-3898-gb10-flash-attn-broken-fallback",
+        "pytorch-172629-gb10-capability-warning-false-positive",
+    ]
+)
 KNOWN = {
     "held-out-2": (frozenset(), NO_FAILURE_IN_LOG),
     "held-out-9": (HELDOUT9_FALSE_ALARMS, HELDOUT9_SILENT),
@@ -254,7 +266,7 @@ def test_each_part_meets_issue_23_targets(part: str, outcomes: dict[str, Outcome
     assert len(right) / len(pos) >= PART_TARGETS[part] - 1e-9, missed
     known_fa, known_silent = KNOWN.get(part, (frozenset(), frozenset()))
     assert {o.case.id for o in mine if not o.case.sm12x and o.blamed} <= known_fa
-    assert {o.case.id for o in mine if o.silent} <= known_silent
+    assert {o.case.id for o in mine if o.silent} <= known_silent | NO_FAILURE_IN_LOG
 
 
 def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) -> None:
@@ -268,14 +280,13 @@ def test_heldout_floors_are_the_targets_or_say_so(outcomes: dict[str, Outcome]) 
     assert HELDOUT9_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert not (HELDOUT9_SILENT | HELDOUT9_FALSE_ALARMS) or any(c.part == "held-out-9" for c in CASES)
     assert set(KNOWN) == {"held-out-2", "held-out-9", "held-out-10", "held-out-11", "held-out-12"}
-    assert len(NO_FAILURE_IN_LOG) == 1
+    assert len(NO_FAILURE_IN_LOG) == 3
     pos11 = [o for o in outcomes.values() if o.case.part == "held-out-11" and o.case.sm12x]
     assert HELDOUT11_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert pos11 and abs(sum(o.sm12x_right for o in pos11) / len(pos11) - HELDOUT11_FLOOR) < 1e-9, (
         f"held-out-11 measures {sum(o.sm12x_right for o in pos11)}/{len(pos11)}; its floor says {HELDOUT11_FLOOR:.3f}"
     )
     pos12 = [o for o in outcomes.values() if o.case.part == "held-out-12" and o.case.sm12x]
-    assert HELDOUT12_FLOOR <= ISSUE_23_HELDOUT_TARGET
     assert pos12 and abs(sum(o.sm12x_right for o in pos12) / len(pos12) - HELDOUT12_FLOOR) < 1e-9, (
         f"held-out-12 measures {sum(o.sm12x_right for o in pos12)}/{len(pos12)}; its floor says {HELDOUT12_FLOOR:.3f}"
     )
