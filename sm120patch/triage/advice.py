@@ -486,6 +486,5 @@ def add_advice(
     step("add the releases that fixed it", lambda: add_fixed_versions(result))
     step("add the advice from the log's evidence", lambda: add_evidence_advice(result))
     step("add the known workarounds", lambda: add_workarounds(result))
-    if target is not None:
-        step("read the release's flag choices", lambda: add_alternatives(result, target))
+    step("read the release's flag choices", lambda: add_alternatives(result, target))
     return result

@@ -3,12 +3,16 @@
 When a crash shows the flag whose value picked the failing path (`--attention-backend fa3`), the advice lists
 the other values that release takes, from `parser.add_argument("--attention-backend", choices=...)` and the
 module-level lists it names (ATTENTION_BACKEND_CHOICES): never a list typed here, so the advice follows the
-release the user runs (given with --target). The file is parsed, never imported.
+release the user runs (given with --target; without it, the SGLang installed with the Python that runs diagnose, when
+the log is SGLang's: diagnose usually runs on the server's machine, in its environment). The file is parsed, never
+imported.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import importlib.util
 from pathlib import Path
 
 from sm120patch.triage.diagnose import Diagnosis
@@ -104,8 +108,35 @@ def flag_choices(path: Path) -> dict[str, list[str]]:
     return flags
 
 
-def add_alternatives(result: Diagnosis, target: Path) -> None:
-    """A note on each fatal finding whose flag the release knows: the other values it takes for that flag."""
+def installed_sglang() -> tuple[Path, str] | None:
+    """The sglang package importable by this Python and its version (from the dist-info beside it; "" for a source
+    checkout without one), found without importing it (importlib's finder only locates the package)."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+        return None
+    package = Path(spec.origin).parent
+    try:
+        dists = importlib.metadata.distributions(path=[str(package.parent)])
+        version = next((d.version for d in dists if (d.metadata["Name"] or "").lower() == "sglang"), "")
+    except (OSError, ValueError):
+        version = ""
+    return package, version
+
+
+def add_alternatives(result: Diagnosis, target: Path | None) -> None:
+    """A note on each fatal finding whose flag the release knows: the other values it takes for that flag. Without
+    a target, an SGLang log is read against the SGLang installed here (said so in the note)."""
+    where = ""
+    if target is None:
+        found = installed_sglang() if result.framework == "sglang" else None
+        if found is None:
+            return
+        target, version = found
+        shown = f" ({version})" if version else ""
+        where = f"the SGLang installed with this Python{shown}; the server may run another"
     path = server_args_file(target)
     if path is None:
         return
@@ -123,6 +154,6 @@ def add_alternatives(result: Diagnosis, target: Path) -> None:
         others = [c for c in choices if c != value.strip("'\"")]
         f.details["alternatives"] = ", ".join(others)
         f.notes.append(
-            f"this SGLang's {flag} takes: {', '.join(others)} (besides {value}; from {path}); "
-            "pick one whose kernels were built for this GPU's arch"
+            f"this SGLang's {flag} takes: {', '.join(others)} (besides {value}; from {path}"
+            f"{'; ' + where if where else ''}); pick one whose kernels were built for this GPU's arch"
         )

@@ -63,3 +63,26 @@ def test_a_release_without_the_file_gets_no_alternatives(tmp_path: Path) -> None
     assert server_args_file(tmp_path) is None
     (tmp_path / "server_args.py").write_text("def broken(:\n", encoding="utf-8")
     assert flag_choices(tmp_path / "server_args.py") == {}
+
+
+def test_without_target_an_sglang_log_is_read_against_the_sglang_installed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diagnose runs on the server's machine: the SGLang importable by its Python (found, never imported) gives the
+    choices, and the note says where they came from; a vLLM log is not read against an SGLang."""
+    site = fetch_or_skip("sglang", "0.5.9", tmp_path / "site")
+    monkeypatch.syspath_prepend(str(site))
+    expected = _listed((site / "sglang/srt/server_args.py").read_text(), "ATTENTION_BACKEND_CHOICES")
+    log = tmp_path / "server.log"
+    log.write_text(LOG, encoding="utf-8")
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", "--json", str(log)])
+    assert res.exit_code in (0, 1), res.output
+    (cause,) = [f for f in json.loads(res.stdout)["findings"] if f["fatal"] and f["details"].get("alternatives")]
+    assert cause["details"]["alternatives"] == ", ".join(c for c in expected if c != "fa3")
+    note = next(n for n in cause["notes"] if "--attention-backend takes:" in n)
+    assert "the SGLang installed with this Python (0.5.9)" in note and "the server may run another" in note
+    assert "sglang" not in __import__("sys").modules  # found, never imported
+    vllm = tmp_path / "vllm.log"
+    vllm.write_text(LOG.replace("server_args=ServerArgs(", "(EngineCore pid=1) vllm config(").replace("sglang", "vllm"))
+    res = CliRunner().invoke(SM120PATCH, ["diagnose", "--json", str(vllm)])
+    assert not [f for f in json.loads(res.stdout)["findings"] if f["details"].get("alternatives")]
