@@ -603,7 +603,11 @@ _LIBRARIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("mamba_ssm", re.compile(r"\bmamba_ssm\b|causal_conv1d")),
-    ("onnxruntime", re.compile(r"\bonnxruntime\w*|\bONNX ?Runtime\b|\bort::")),
+    # ONNX Runtime's own wording for a node that failed ("Non-zero status code returned while running Cast node.")
+    (
+        "onnxruntime",
+        re.compile(r"\bonnxruntime\w*|\bONNX ?Runtime\b|\bort::|status code returned while running \w+ node"),
+    ),
     ("jax", re.compile(r"\bjaxlib\b|\bjax\b|\bXLA\b")),
     ("tensorflow", re.compile(r"\btensorflow\b")),
     ("vllm", re.compile(r"\bvllm\b")),
@@ -625,6 +629,7 @@ LIBRARY_WORDS = (
     "turbomind", "lmdeploy", "ktransformers", "numba", "tvm", "mlc_llm", "taichi", "mxnet", "mindspore", "jittor",
     "llama_cpp", "cpasync", "cute_dsl", "cutlass.cute", "cute.nvgpu", "cute.arch", "cute.runtime",
     "cublas", "cudnn", "cusparse", "cufft", "cusolver", "curand", "onnxruntime", "onnx runtime", "onnxrun", "ort::",
+    "status code returned while running",
     "nccl", "jax", "xla",
     "tensorflow", "tilelang",
     "vllm", "sglang", "torch",

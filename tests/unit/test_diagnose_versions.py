@@ -213,3 +213,19 @@ def test_a_row_with_a_wheel_needs_the_release_before_it(tmp_path: Path) -> None:
     )
     with pytest.raises(RecipeError, match="no-such-class"):
         load(bad)
+
+
+def test_onnx_runtime_s_own_node_wording_names_it_when_the_log_does_not(tmp_path: Path) -> None:
+    """ONNX Runtime reports a failed node as "Non-zero status code returned while running <Op> node" (the app that
+    wraps it may never say "onnxruntime"): that wording names the library, so its first release with the arch is
+    named; the same CUDA error without it names no library row."""
+    log = (
+        "NVIDIA GeForce RTX 5090\n"
+        "ERROR Non-zero status code returned while running Cast node.\n"
+        "      Name:'/pre_encode/Cast' Status Message: CUDA error cudaErrorNoKernelImageForDevice:no kernel image "
+        "is available for execution on the device\n"
+    )
+    (cause,) = _diagnose(tmp_path, log)
+    assert cause["details"].get("library") == "onnxruntime" and "onnxruntime 1.27.0" in " ".join(cause["notes"])
+    bare = log.replace("Non-zero status code returned while running Cast node.", "inference step failed")
+    assert not [n for f in _diagnose(tmp_path, bare) for n in f["notes"] if "onnxruntime 1.27.0" in n]
