@@ -84,7 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=Path, default=RECORD, help="the record to update (default: %(default)s)")
     args = p.parse_args(argv)
     rows = [r for r in versions.load() if r.wheel and (not args.only or r.wheel in args.only)]
-    old = json.loads(args.record.read_text()) if args.record.exists() else {"wheels": []}
+    try:
+        old = json.loads(args.record.read_text()) if args.record.exists() else {"wheels": []}
+    except (OSError, ValueError) as e:
+        why = f"not a record this tool wrote ({e}); move it aside to start anew"
+        print(f"calibrate: {args.record}: {why}", file=sys.stderr)
+        return 2
+    if not rows:
+        wanted = ", ".join(args.only)
+        print(f"calibrate: no row of patches/fixed_versions.toml names the wheel {wanted}", file=sys.stderr)
+        return 2
     entries = {(e["dist"], e["version"], e["platform"]): e for e in old.get("wheels", [])}
     failed = 0
     for row in rows:
