@@ -229,3 +229,52 @@ def test_onnx_runtime_s_own_node_wording_names_it_when_the_log_does_not(tmp_path
     assert cause["details"].get("library") == "onnxruntime" and "onnxruntime 1.27.0" in " ".join(cause["notes"])
     bare = log.replace("Non-zero status code returned while running Cast node.", "inference step failed")
     assert not [n for f in _diagnose(tmp_path, bare) for n in f["notes"] if "onnxruntime 1.27.0" in n]
+
+
+# ---- a second reader: NVIDIA's cuobjdump on the same code (tests/data/versions/README.md says what was shown)
+
+CUOBJDUMP = RECORD.parent / "cuobjdump-h100.txt"
+_SHOWN = {  # the fatbin cut from each wheel -> (dist, version, platform) of the record
+    "bnb-0.45.2-cuda126.fatbin": ("bitsandbytes", "0.45.2", "manylinux_2_24_x86_64"),
+    "bnb-0.45.3-cuda128.fatbin": ("bitsandbytes", "0.45.3", "manylinux_2_24_x86_64"),
+    "jax-0.5.3-prng.fatbin": ("jax-cuda12-plugin", "0.5.3", "manylinux2014_x86_64"),
+    "jax-0.6.0-prng.fatbin": ("jax-cuda12-plugin", "0.6.0", "manylinux2014_x86_64"),
+    "ort-1.23.0.head.fatbin": ("onnxruntime-gpu", "1.23.0", None),
+    "ort-1.23.2.head.fatbin": ("onnxruntime-gpu", "1.23.2", None),
+    "ort-1.27.0.head.fatbin": ("onnxruntime-gpu", "1.27.0", "manylinux_2_28_x86_64"),
+}
+_LISTED = re.compile(r"^(?P<kind>ELF|PTX) file +\d+: \S+\.(?P<arch>sm_\d+[af]?)\.(?:cubin|ptx)$")
+
+
+def _cuobjdump() -> dict[str, dict[str, set[str]]]:
+    """Per fatbin shown, the archs cuobjdump listed as ELF (SASS) and as PTX."""
+    out: dict[str, dict[str, set[str]]] = {}
+    current = None
+    for line in CUOBJDUMP.read_text().splitlines():
+        if line.startswith("== "):
+            current = out.setdefault(line[3:], {"ELF": set(), "PTX": set()})
+        elif current is not None and (m := _LISTED.match(line)):
+            current[m["kind"]].add(m["arch"])
+    return out
+
+
+def test_cuobjdump_agrees_with_the_census_on_the_sm12x_code() -> None:
+    """What NVIDIA's reader lists of SM12x code in the files it was shown is what the census recorded for those
+    wheels: the new releases' SM12x SASS and PTX, the releases before without any; onnxruntime-gpu 1.23.0's PTX is
+    compute_90a only (no PTX a 12.x GPU can compile), 1.23.2's plain compute_90."""
+    listed = _cuobjdump()
+    assert set(listed) == set(_SHOWN)
+    for name, (dist, version, platform) in _SHOWN.items():
+        elf, ptx = listed[name]["ELF"], listed[name]["PTX"]
+        assert elf, name  # cuobjdump read code in every file
+        sm12x_elf = {a for a in elf if a.startswith("sm_12")}
+        sm12x_ptx = {"compute_" + a[3:] for a in ptx if a.startswith("sm_12")}
+        if platform is None:  # onnxruntime 1.23.x: no row names them; the record's neighbours say the same
+            assert not sm12x_elf and not sm12x_ptx, name
+            continue
+        rec = _recorded(dist, version, platform)
+        assert sm12x_elf <= set(rec["sass_sm12x"]) and sm12x_ptx <= set(rec["ptx"]), (name, elf, ptx, rec)
+        assert bool(sm12x_elf) == bool(rec["sass_sm12x"]), name
+        assert {a for a in elf} <= set(rec["sass"]), name
+    assert listed["ort-1.23.0.head.fatbin"]["PTX"] == {"sm_90a"}
+    assert listed["ort-1.23.2.head.fatbin"]["PTX"] == {"sm_90"}
