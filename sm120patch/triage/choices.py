@@ -11,7 +11,6 @@ imported.
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import importlib.util
 from pathlib import Path
 
@@ -118,36 +117,30 @@ def installed_sglang() -> tuple[Path, str] | None:
     if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
         return None
     package = Path(spec.origin).parent
-    try:
-        dists = importlib.metadata.distributions(path=[str(package.parent)])
-        version = next((d.version for d in dists if (d.metadata["Name"] or "").lower() == "sglang"), "")
-    except (OSError, ValueError):
-        version = ""
+    infos = list(package.parent.glob("sglang-*.dist-info"))  # pip keeps one; two (a broken uninstall): unknown
+    version = infos[0].name[len("sglang-") : -len(".dist-info")] if len(infos) == 1 else ""
     return package, version
 
 
 def add_alternatives(result: Diagnosis, target: Path | None) -> None:
     """A note on each fatal finding whose flag the release knows: the other values it takes for that flag. Without
     a target, an SGLang log is read against the SGLang installed here (said so in the note)."""
+    shown = [f for f in result.causes if f.details.get("flag", "").startswith("--")]
+    if not shown:  # nothing to look up: no release is read
+        return
     where = ""
     if target is None:
         found = installed_sglang() if result.framework == "sglang" else None
         if found is None:
             return
         target, version = found
-        shown = f" ({version})" if version else ""
-        where = f"the SGLang installed with this Python{shown}; the server may run another"
+        where = f"the SGLang installed with this Python{f' ({version})' if version else ''}; the server may run another"
     path = server_args_file(target)
     if path is None:
         return
-    known: dict[str, list[str]] | None = None
-    for f in result.causes:
-        shown = f.details.get("flag", "")
-        flag, _, value = shown.partition(" ")
-        if not flag.startswith("--"):
-            continue
-        if known is None:
-            known = flag_choices(path)
+    known = flag_choices(path)
+    for f in shown:
+        flag, _, value = f.details["flag"].partition(" ")
         choices = known.get(flag)
         if not choices:
             continue

@@ -104,9 +104,8 @@ class Signature:
     def judge(self, details: dict[str, str]) -> str:
         """This match's verdict on SM12x; adds `<group>_means` to `details` for known values."""
         verdict = self.sm12x
-        for group, facts in self.by_value:
-            table = dict(facts)
-            fact = table.get(details.get(group, ""), table.get(ANY_VALUE)) if group in details else None
+        for group, _ in self.by_value:
+            fact = self._value_fact(group, details)
             if fact is not None:
                 details[f"{group}_means"] = fact.means
                 verdict = fact.sm12x or verdict
@@ -119,23 +118,24 @@ class Signature:
                 verdict = fact.sm12x
         return verdict
 
+    def _value_fact(self, group: str, details: dict[str, str]) -> ValueFact | None:
+        """The known-value fact for what this match captured in `group` (or the group's `*` fact), if any."""
+        if group not in details:
+            return None
+        table = dict(next((facts for g, facts in self.by_value if g == group), ()))
+        return table.get(details[group], table.get(ANY_VALUE))
+
     def _arch_fact(self, details: dict[str, str]) -> ValueFact | None:
         """The known-value fact for the architecture this match captured, if the catalogue has one."""
-        for group, facts in self.by_value:
-            if group == self.arch_group and group in details:
-                table = dict(facts)
-                return table.get(details[group], table.get(ANY_VALUE))
-        return None
+        return self._value_fact(self.arch_group, details) if self.arch_group else None
 
     def fatal_for(self, details: dict[str, str]) -> bool:
         """Whether this match is a failure: the signature's `fatal`, unless a known value it captured says the
         line is only a warning (by_value's `fatal = false`)."""
-        for group, facts in self.by_value:
-            if group in details:
-                table = dict(facts)
-                fact = table.get(details[group], table.get(ANY_VALUE))
-                if fact is not None and fact.fatal is not None:
-                    return fact.fatal
+        for group, _ in self.by_value:
+            fact = self._value_fact(group, details)
+            if fact is not None and fact.fatal is not None:
+                return fact.fatal
         return self.fatal
 
     def pinned(self, details: dict[str, str]) -> bool:
